@@ -1,0 +1,65 @@
+// Command sless is the sless command line: `sless build` builds a function image in-process.
+// Later subcommands (up, runtime build, deps push) join it here. Only this package reads flags and
+// the environment; the libraries it calls are configured through options.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set with -ldflags "-X main.version=…".
+var version = "dev"
+
+// usageError is a mistake on the command line: exit status 2 and a hint to read --help.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sless:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+const topUsage = `sless — serverless functions on Kubernetes, built without kaniko or a Docker daemon.
+
+Usage:
+  sless build --runtime-image REF --src DIR|FILE.zip --handler MODULE.FUNC --to REPO[:TAG]
+  sless version
+
+Run 'sless COMMAND --help' for a command's flags.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, topUsage)
+		return usageError{"a command is required"}
+	}
+	switch args[0] {
+	case "build":
+		return runBuild(ctx, args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "sless", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, topUsage)
+		return nil
+	default:
+		fmt.Fprint(stderr, topUsage)
+		return usageError{fmt.Sprintf("unknown command %q", args[0])}
+	}
+}

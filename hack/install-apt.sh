@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests, benchmarks and demo need, once. Idempotent: only missing
+# packages are installed, and `apt-get update` runs only when something is missing.
+. "$(dirname "$0")/lib.sh"
+missing=()
+for p in $APT_PACKAGES; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+log "installing Debian packages: ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

@@ -1,0 +1,436 @@
+package layers_test
+
+import (
+	"archive/tar"
+	"archive/zip"
+	"bytes"
+	"errors"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
+
+	"github.com/sless-dev/sless/layers"
+)
+
+type zfile struct {
+	name string
+	body string
+	mode fs.FileMode // 0 means 0644 regular
+}
+
+func makeZip(t testing.TB, files ...zfile) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, f := range files {
+		h := &zip.FileHeader{Name: f.name, Method: zip.Deflate, Modified: time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)}
+		mode := f.mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		h.SetMode(mode)
+		w, err := zw.CreateHeader(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(w, f.body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func fromZip(b []byte, opts ...layers.Option) (*layers.Layer, error) {
+	return layers.FromZip(bytes.NewReader(b), int64(len(b)), opts...)
+}
+
+type tarEntry struct {
+	name string
+	mode int64
+	typ  byte
+	body string
+}
+
+func readTar(t *testing.T, l *layers.Layer) []tarEntry {
+	t.Helper()
+	rc, err := l.Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	var out []tarEntry
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Uid != 0 || h.Gid != 0 || h.Uname != "" || h.Gname != "" {
+			t.Errorf("%s: owner %d:%d %q:%q, want 0:0", h.Name, h.Uid, h.Gid, h.Uname, h.Gname)
+		}
+		if !h.ModTime.Equal(time.Unix(0, 0)) {
+			t.Errorf("%s: mtime %v, want the epoch", h.Name, h.ModTime)
+		}
+		body, _ := io.ReadAll(tr)
+		out = append(out, tarEntry{h.Name, h.Mode, h.Typeflag, string(body)})
+	}
+}
+
+func TestZipLayout(t *testing.T) {
+	z := makeZip(t,
+		zfile{name: "sub/deep/util.py", body: "x = 1\n"},
+		zfile{name: "handler.py", body: "def handle(e):\n    return e\n"},
+		zfile{name: "run.sh", body: "#!/bin/sh\n", mode: 0o700},
+		zfile{name: "./lib/", mode: fs.ModeDir | 0o700},
+	)
+	l, err := fromZip(z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := validate.Layer(l); err != nil {
+		t.Fatalf("validate.Layer: %v", err)
+	}
+	got := readTar(t, l)
+	want := []tarEntry{
+		{"app/", 0o755, tar.TypeDir, ""},
+		{"app/function/", 0o755, tar.TypeDir, ""},
+		{"app/function/handler.py", 0o644, tar.TypeReg, "def handle(e):\n    return e\n"},
+		{"app/function/lib/", 0o755, tar.TypeDir, ""},
+		{"app/function/run.sh", 0o755, tar.TypeReg, "#!/bin/sh\n"},
+		{"app/function/sub/", 0o755, tar.TypeDir, ""},
+		{"app/function/sub/deep/", 0o755, tar.TypeDir, ""},
+		{"app/function/sub/deep/util.py", 0o644, tar.TypeReg, "x = 1\n"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d entries %v, want %d", len(got), got, len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("entry %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if l.Files() != 3 {
+		t.Errorf("Files() = %d, want 3", l.Files())
+	}
+}
+
+// Golden digests: any change that moves one must be deliberate (it changes every user's image digest).
+func TestGoldenDigests(t *testing.T) {
+	hello := makeZip(t, zfile{name: "handler.py", body: "def handle(event):\n    return {\"hello\": \"world\"}\n"})
+	for _, tc := range []struct {
+		name           string
+		build          func() (*layers.Layer, error)
+		digest, diffID string
+	}{{
+		name:   "zip hello",
+		build:  func() (*layers.Layer, error) { return fromZip(hello) },
+		digest: "sha256:809f15be4b38a4a93d9c82510993fae49f139f64c839de1559d70985b3ba787e",
+		diffID: "sha256:d0365d0d0d0aee37d40389bc502148ac5397aa148285baa4bb388a22e1a74cbd",
+	}, {
+		name: "zip hello, docker media type, mtime 2024",
+		build: func() (*layers.Layer, error) {
+			return fromZip(hello, layers.WithMediaType(types.DockerLayer), layers.WithModTime(time.Unix(1704067200, 0)))
+		},
+		digest: "sha256:2c41b827e4d934bd56593449e48f30b470158f64d1ae21f96f698ef5c48e876b",
+		diffID: "sha256:8d54a4e2a83f98f0963ab0c714d3d1bf4813a53aaceebad45f6904bb88b91f39",
+	}, {
+		name: "fs nested with exec, prefix /app/deps",
+		build: func() (*layers.Layer, error) {
+			return layers.FromFS(fstest.MapFS{
+				"pkg/__init__.py": {Data: []byte("")},
+				"pkg/mod.py":      {Data: []byte("A = 1\n")},
+				"bin/tool":        {Data: []byte("#!/bin/sh\n"), Mode: 0o755},
+			}, layers.WithPrefix("/app/deps"))
+		},
+		digest: "sha256:3e41b6054890e3543f4a33bfb36e5ad20767eb9d280571c90a328e331138a6ae",
+		diffID: "sha256:ce419244e25191d7c751f881d7d9856b274a108aad0f5a0b4045e202c05bf3b2",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := tc.build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			d, _ := l.Digest()
+			id, _ := l.DiffID()
+			if d.String() != tc.digest || id.String() != tc.diffID {
+				t.Errorf("digest %s diffID %s, want %s %s", d, id, tc.digest, tc.diffID)
+			}
+			t.Run("check determinism", func(t *testing.T) {
+				l2, err := tc.build()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l2.Close()
+				if d2, _ := l2.Digest(); d2 != d {
+					t.Errorf("rebuild gave %s, first build %s", d2, d)
+				}
+			})
+		})
+	}
+}
+
+// The same files in another order, with other timestamps and permissions, give the same layer.
+func TestZipNormalisation(t *testing.T) {
+	a := makeZip(t, zfile{name: "a.py", body: "a"}, zfile{name: "b/c.py", body: "c"})
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, f := range []zfile{{name: "b/c.py", body: "c", mode: 0o600}, {name: "b/", mode: fs.ModeDir | 0o700}, {name: "a.py", body: "a", mode: 0o664}} {
+		h := &zip.FileHeader{Name: f.name, Method: zip.Store, Modified: time.Now()}
+		h.SetMode(f.mode)
+		w, _ := zw.CreateHeader(h)
+		io.WriteString(w, f.body)
+	}
+	zw.Close()
+	la, err := fromZip(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := fromZip(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	da, _ := la.Digest()
+	db, _ := lb.Digest()
+	if da != db {
+		t.Errorf("digests differ: %s vs %s", da, db)
+	}
+}
+
+func TestZipRejections(t *testing.T) {
+	big := strings.Repeat("0", 10<<20)
+	valid := makeZip(t, zfile{name: "handler.py", body: "def handle(e): return e\n"})
+	for _, tc := range []struct {
+		name  string
+		zip   []byte
+		opts  []layers.Option
+		want  error
+		inMsg string
+	}{
+		{"parent traversal", makeZip(t, zfile{name: "../evil.py", body: "x"}), nil, layers.ErrUnsafePath, ".."},
+		{"nested traversal", makeZip(t, zfile{name: "a/../../evil.py", body: "x"}), nil, layers.ErrUnsafePath, ".."},
+		{"absolute", makeZip(t, zfile{name: "/etc/passwd", body: "x"}), nil, layers.ErrUnsafePath, "absolute"},
+		{"windows traversal", makeZip(t, zfile{name: `..\evil.py`, body: "x"}), nil, layers.ErrUnsafePath, "backslash"},
+		{"drive letter", makeZip(t, zfile{name: "C:/x.py", body: "x"}), nil, layers.ErrUnsafePath, "absolute"},
+		{"symlink", makeZip(t, zfile{name: "link", body: "/etc/passwd", mode: fs.ModeSymlink | 0o777}), nil, layers.ErrUnsupportedType, "symlink"},
+		{"device", makeZip(t, zfile{name: "dev", mode: fs.ModeDevice | 0o644}), nil, layers.ErrUnsupportedType, "device"},
+		{"fifo", makeZip(t, zfile{name: "pipe", mode: fs.ModeNamedPipe | 0o644}), nil, layers.ErrUnsupportedType, "pipe"},
+		{"whiteout", makeZip(t, zfile{name: "sub/.wh.handler.py", body: ""}), nil, layers.ErrUnsafePath, "whiteout"},
+		{"opaque whiteout", makeZip(t, zfile{name: ".wh..wh..opq", body: ""}), nil, layers.ErrUnsafePath, "whiteout"},
+		{"NUL byte", makeZip(t, zfile{name: "a\x00b.py", body: "x"}), nil, layers.ErrUnsafePath, "NUL"},
+		{"invalid UTF-8", makeZip(t, zfile{name: "a\xff.py", body: "x"}), nil, layers.ErrUnsafePath, "UTF-8"},
+		{"duplicate", makeZip(t, zfile{name: "a.py", body: "1"}, zfile{name: "a.py", body: "2"}), nil, layers.ErrDuplicate, "more than once"},
+		{"duplicate via ./", makeZip(t, zfile{name: "a.py", body: "1"}, zfile{name: "./a.py", body: "2"}), nil, layers.ErrDuplicate, "more than once"},
+		{"case only", makeZip(t, zfile{name: "Handler.py", body: "1"}, zfile{name: "handler.py", body: "2"}), nil, layers.ErrDuplicate, "case"},
+		{"case only dir", makeZip(t, zfile{name: "Lib/a.py", body: "1"}, zfile{name: "lib/b.py", body: "2"}), nil, layers.ErrDuplicate, "case"},
+		{"file and dir", makeZip(t, zfile{name: "a", body: "1"}, zfile{name: "a/b.py", body: "2"}), nil, layers.ErrDuplicate, "directory"},
+		{"too many entries", makeZip(t, zfile{name: "a", body: "1"}, zfile{name: "b", body: "2"}, zfile{name: "c", body: "3"}), []layers.Option{layers.WithMaxEntries(2)}, layers.ErrTooManyEntries, "more than 2"},
+		{"too large", makeZip(t, zfile{name: "a", body: "12345"}, zfile{name: "b", body: "678"}), []layers.Option{layers.WithMaxBytes(7)}, layers.ErrTooLarge, "limit of 7"},
+		{"zip bomb", makeZip(t, zfile{name: "zeros", body: big}), nil, layers.ErrCompressionRatio, "200:1"},
+		{"not a zip", []byte("this is not a zip archive at all"), nil, layers.ErrInvalidArchive, "not a readable zip"},
+		{"empty body", nil, nil, layers.ErrInvalidArchive, "0 bytes"},
+		{"empty zip", makeZip(t), nil, layers.ErrInvalidArchive, "no files"},
+		{"truncated", valid[:len(valid)-10], nil, layers.ErrInvalidArchive, "not a readable zip"},
+		{"file as root", makeZip(t, zfile{name: ".", body: "x"}), nil, layers.ErrUnsafePath, "root"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			l, err := fromZip(tc.zip, append(tc.opts, layers.WithTempDir(tmp), layers.WithSpoolMemory(1))...)
+			if err == nil {
+				l.Close()
+				t.Fatal("accepted; want an error")
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("error %v, want %v", err, tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.inMsg) {
+				t.Errorf("error %q does not mention %q", err, tc.inMsg)
+			}
+			if left, _ := os.ReadDir(tmp); len(left) != 0 {
+				t.Errorf("left %d temporary files behind", len(left))
+			}
+		})
+	}
+}
+
+// rawZip writes one stored entry whose header declares declared bytes while data holds more or
+// less, and whose CRC matches data: what a hostile client can send.
+func rawZip(t *testing.T, name string, data []byte, declared uint64, method uint16) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	payload := data
+	if method == zip.Deflate {
+		var c bytes.Buffer
+		fw, _ := zipDeflater(&c)
+		fw.Write(data)
+		fw.Close()
+		payload = c.Bytes()
+	}
+	w, err := zw.CreateRaw(&zip.FileHeader{
+		Name: name, Method: method, CRC32: crc32.ChecksumIEEE(data),
+		CompressedSize64: uint64(len(payload)), UncompressedSize64: declared,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(payload)
+	zw.Close()
+	return buf.Bytes()
+}
+
+func TestZipLyingSizes(t *testing.T) {
+	zeros := bytes.Repeat([]byte{0}, 20<<20)
+	t.Run("declares less than it holds", func(t *testing.T) {
+		_, err := fromZip(rawZip(t, "bomb", zeros, 100, zip.Deflate))
+		if !errors.Is(err, layers.ErrInvalidArchive) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("declares more than it holds", func(t *testing.T) {
+		_, err := fromZip(rawZip(t, "short", []byte("abc"), 10, zip.Store))
+		if !errors.Is(err, layers.ErrInvalidArchive) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("declares an absurd size", func(t *testing.T) {
+		_, err := fromZip(rawZip(t, "huge", []byte("abc"), 1<<62, zip.Store))
+		if !errors.Is(err, layers.ErrTooLarge) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("corrupted data", func(t *testing.T) {
+		z := rawZip(t, "data.txt", []byte(strings.Repeat("hello ", 100)), 600, zip.Store)
+		i := bytes.Index(z, []byte("hello hello"))
+		z[i] = 'j'
+		_, err := fromZip(z)
+		if !errors.Is(err, layers.ErrInvalidArchive) {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+func TestDefaultEntryLimit(t *testing.T) {
+	files := make([]zfile, layers.DefaultMaxEntries+1)
+	for i := range files {
+		files[i] = zfile{name: "f/" + strings.Repeat("x", 3) + string(rune('a'+i%26)) + "/" + itoa(i)}
+	}
+	_, err := fromZip(makeZip(t, files...))
+	if !errors.Is(err, layers.ErrTooManyEntries) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func itoa(i int) string {
+	var b [20]byte
+	n := len(b)
+	for {
+		n--
+		b[n] = byte('0' + i%10)
+		i /= 10
+		if i == 0 {
+			return string(b[n:])
+		}
+	}
+}
+
+func TestFSRejections(t *testing.T) {
+	t.Run("symlink", func(t *testing.T) {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "handler.py"), []byte("x"), 0o644)
+		os.Symlink("/etc/passwd", filepath.Join(dir, "passwd"))
+		_, err := layers.FromFS(os.DirFS(dir))
+		if !errors.Is(err, layers.ErrUnsupportedType) || !strings.Contains(err.Error(), "symlink") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("hardlink", func(t *testing.T) {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "a.py"), []byte("x"), 0o644)
+		if err := os.Link(filepath.Join(dir, "a.py"), filepath.Join(dir, "b.py")); err != nil {
+			t.Fatalf("cannot make a hardlink here: %v", err)
+		}
+		_, err := layers.FromFS(os.DirFS(dir))
+		if !errors.Is(err, layers.ErrUnsupportedType) || !strings.Contains(err.Error(), "hardlink") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("fifo", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := mkfifo(filepath.Join(dir, "pipe")); err != nil {
+			t.Fatalf("mkfifo: %v", err)
+		}
+		_, err := layers.FromFS(os.DirFS(dir))
+		if !errors.Is(err, layers.ErrUnsupportedType) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("whiteout", func(t *testing.T) {
+		_, err := layers.FromFS(fstest.MapFS{".wh.x": {Data: []byte("")}})
+		if !errors.Is(err, layers.ErrUnsafePath) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("case only", func(t *testing.T) {
+		_, err := layers.FromFS(fstest.MapFS{"A.py": {}, "a.py": {}})
+		if !errors.Is(err, layers.ErrDuplicate) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("too large", func(t *testing.T) {
+		_, err := layers.FromFS(fstest.MapFS{"a": {Data: make([]byte, 100)}}, layers.WithMaxBytes(99))
+		if !errors.Is(err, layers.ErrTooLarge) {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+// A layer past the spool threshold lives in a temporary file that Close removes.
+func TestSpoolToFile(t *testing.T) {
+	tmp := t.TempDir()
+	dir := t.TempDir()
+	rnd := make([]byte, 256<<10)
+	for i := range rnd {
+		rnd[i] = byte(i*7919 + i>>3)
+	}
+	os.WriteFile(filepath.Join(dir, "blob.bin"), rnd, 0o644)
+	l, err := layers.FromFS(os.DirFS(dir), layers.WithTempDir(tmp), layers.WithSpoolMemory(1024))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 1 {
+		t.Fatalf("want one spool file, have %d", len(left))
+	}
+	if err := validate.Layer(l); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := layers.FromFS(os.DirFS(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, _ := l.Digest()
+	d2, _ := mem.Digest()
+	if d1 != d2 {
+		t.Errorf("file-spooled digest %s != in-memory %s", d1, d2)
+	}
+	l.Close()
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Fatalf("Close left %d files", len(left))
+	}
+}

@@ -1,0 +1,493 @@
+package oci_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
+
+	"github.com/sless-dev/sless/internal/testenv"
+	"github.com/sless-dev/sless/layers"
+	"github.com/sless-dev/sless/oci"
+)
+
+var reg string // host:port of the real Distribution registry for this package
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sless-oci-registry-")
+	if err != nil {
+		panic(err)
+	}
+	s, err := testenv.StartRegistry(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting registry:", err)
+		os.Exit(1)
+	}
+	reg = s.Addr()
+	code := m.Run()
+	s.Close()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// counter is a transport that records every registry request, for asserting what a push sent.
+type counter struct {
+	mu   sync.Mutex
+	reqs []string // "METHOD path?query"
+	next http.RoundTripper
+}
+
+func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	line := r.Method + " " + r.URL.Path
+	if r.URL.RawQuery != "" {
+		line += "?" + r.URL.RawQuery
+	}
+	c.reqs = append(c.reqs, line)
+	c.mu.Unlock()
+	return c.next.RoundTrip(r)
+}
+
+func (c *counter) reset() { c.mu.Lock(); c.reqs = nil; c.mu.Unlock() }
+
+func (c *counter) count(method, contains string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, r := range c.reqs {
+		if strings.HasPrefix(r, method+" ") && strings.Contains(r, contains) {
+			n++
+		}
+	}
+	return n
+}
+
+func (c *counter) dump() string { c.mu.Lock(); defer c.mu.Unlock(); return strings.Join(c.reqs, "\n") }
+
+func newCounter() *counter { return &counter{next: http.DefaultTransport.(*http.Transport).Clone()} }
+
+// baseImage is a small deterministic runtime image: two layers, OCI media types, a Cmd and Env.
+func baseImage(t testing.TB, platform string) v1.Image {
+	t.Helper()
+	l1, err := layers.FromFS(fstest.MapFS{"os-release": {Data: []byte("ID=sless-test " + platform + "\n")}}, layers.WithPrefix("/etc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := layers.FromFS(fstest.MapFS{"server.py": {Data: []byte("print('server')\n")}}, layers.WithPrefix("/app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), l1, l2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	cf, _ := img.ConfigFile()
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", platform
+	cf.Config.Env = []string{"PATH=/usr/bin:/bin", "PYTHONPATH=/app/deps:/app/function", "PORT=9000"}
+	cf.Config.Cmd = []string{"python3", "/app/server.py"}
+	cf.Config.Labels = map[string]string{"runtime.label": "kept"}
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+func pushBase(t testing.TB, repo string, img v1.Image) string {
+	t.Helper()
+	ref := reg + "/" + repo + ":latest"
+	r, _ := name.ParseReference(ref)
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+func zipOf(t testing.TB, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, n := range sortedKeys(files) {
+		w, _ := zw.Create(n)
+		io.WriteString(w, files[n])
+	}
+	zw.Close()
+	return buf.Bytes()
+}
+
+func sortedKeys(m map[string]string) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	for i := range ks {
+		for j := i + 1; j < len(ks); j++ {
+			if ks[j] < ks[i] {
+				ks[i], ks[j] = ks[j], ks[i]
+			}
+		}
+	}
+	return ks
+}
+
+func zipSource(runtime string, z []byte) oci.Source {
+	return oci.Source{RuntimeImage: runtime, Zip: bytes.NewReader(z), ZipSize: int64(len(z)),
+		Handler: "handler.handle", Function: "hello", Namespace: "sless-0123456789abcdef", Runtime: "python3.11"}
+}
+
+func TestBuildConfigAndLayout(t *testing.T) {
+	ctx := context.Background()
+	base := pushBase(t, "runtimes/config", baseImage(t, "amd64"))
+	b, err := oci.NewBuilder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := zipOf(t, map[string]string{"handler.py": "def handle(e):\n    return e\n"})
+	res, err := b.Build(ctx, zipSource(base, z))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	ref, err := b.Push(ctx, res, reg+"/fn/config:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Image(img); err != nil {
+		t.Fatalf("validate.Image: %v", err)
+	}
+	cf, _ := img.ConfigFile()
+	wantEnv := []string{"PATH=/usr/bin:/bin", "PYTHONPATH=/app/deps:/app/function", "PORT=9000", "HANDLER=handler.handle"}
+	if strings.Join(cf.Config.Env, " ") != strings.Join(wantEnv, " ") {
+		t.Errorf("Env = %q, want %q (the runtime's PORT kept, HANDLER added, nothing else)", cf.Config.Env, wantEnv)
+	}
+	if cf.Config.User != "65532:65532" || cf.Config.WorkingDir != "/app/function" {
+		t.Errorf("User %q WorkingDir %q", cf.Config.User, cf.Config.WorkingDir)
+	}
+	if strings.Join(cf.Config.Cmd, " ") != "python3 /app/server.py" {
+		t.Errorf("Cmd = %q, want the runtime's", cf.Config.Cmd)
+	}
+	if !cf.Created.Time.Equal(time.Unix(0, 0)) {
+		t.Errorf("Created = %v, want the epoch", cf.Created)
+	}
+	baseRef, _ := name.ParseReference(base)
+	baseDesc, _ := remote.Head(baseRef)
+	sum := fmt.Sprintf("sha256:%x", sha256Sum(z))
+	want := map[string]string{
+		"org.opencontainers.image.base.name":   base,
+		"org.opencontainers.image.base.digest": baseDesc.Digest.String(),
+		"org.opencontainers.image.created":     "1970-01-01T00:00:00Z",
+		"org.opencontainers.image.revision":    sum,
+		"dev.sless.function":                   "hello",
+		"dev.sless.namespace":                  "sless-0123456789abcdef",
+		"dev.sless.runtime":                    "python3.11",
+		"runtime.label":                        "kept",
+	}
+	for k, v := range want {
+		if cf.Config.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, cf.Config.Labels[k], v)
+		}
+	}
+	m, _ := img.Manifest()
+	if m.Annotations["org.opencontainers.image.base.digest"] != baseDesc.Digest.String() || m.Annotations["org.opencontainers.image.revision"] != sum {
+		t.Errorf("manifest annotations %v", m.Annotations)
+	}
+	if len(m.Layers) != 3 {
+		t.Fatalf("%d layers, want base 2 + code 1", len(m.Layers))
+	}
+	last := cf.History[len(cf.History)-1]
+	if last.CreatedBy != "sless: code" || last.Comment != sum {
+		t.Errorf("last history entry %+v", last)
+	}
+	if res.Base.DigestStr() != baseDesc.Digest.String() {
+		t.Errorf("Result.Base %s, want %s", res.Base, baseDesc.Digest)
+	}
+}
+
+// Same source + same runtime digest ⇒ same image digest, across builders; golden so that a change
+// that moves it is deliberate.
+func TestBuildDeterministicGolden(t *testing.T) {
+	ctx := context.Background()
+	base := pushBase(t, "runtimes/golden", baseImage(t, "amd64"))
+	z := zipOf(t, map[string]string{"handler.py": "def handle(e):\n    return {'ok': True}\n", "lib/util.py": "X = 1\n"})
+	var digests []string
+	for i := 0; i < 2; i++ {
+		b, err := oci.NewBuilder()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.Build(ctx, zipSource(base, z))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := res.Digest()
+		digests = append(digests, d.String())
+		res.Close()
+	}
+	if digests[0] != digests[1] {
+		t.Fatalf("rebuild changed the digest: %v", digests)
+	}
+	// The registry address is part of the base.name label, so the golden value is computed for a
+	// fixed name: rebuild with the registry host rewritten is not possible; compare the config instead.
+	const golden = "sha256:fff338d4a4c7151bd09ae942deffd541eba84517d26d8d15335a8d1c636503c8"
+	if got := configDigestWithoutHost(t, base, z); got != golden {
+		t.Errorf("config digest (host-independent) %s, want %s", got, golden)
+	}
+}
+
+// configDigestWithoutHost builds with the base reached through a fixed alias so the label does not
+// depend on the port the test registry got.
+func configDigestWithoutHost(t *testing.T, base string, z []byte) string {
+	t.Helper()
+	b, err := oci.NewBuilder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Build(context.Background(), zipSource(base, z))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	cf, _ := res.Image.ConfigFile()
+	cf = cf.DeepCopy()
+	cf.Config.Labels["org.opencontainers.image.base.name"] = "registry.test/runtimes/golden:latest"
+	img, _ := mutate.ConfigFile(res.Image, cf)
+	cd, _ := img.ConfigName()
+	return cd.String()
+}
+
+func TestBadSourceNothingPushed(t *testing.T) {
+	ctx := context.Background()
+	base := pushBase(t, "runtimes/bad", baseImage(t, "amd64"))
+	c := newCounter()
+	b, err := oci.NewBuilder(oci.WithTransport(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		src  oci.Source
+		want error
+	}{
+		{"zip slip", zipSource(base, zipOf(t, map[string]string{"../../etc/cron.d/x": "boom"})), layers.ErrUnsafePath},
+		{"whiteout", zipSource(base, zipOf(t, map[string]string{".wh.server.py": ""})), layers.ErrUnsafePath},
+		{"not a zip", zipSource(base, []byte("PK nope")), layers.ErrInvalidArchive},
+		{"bad handler", oci.Source{RuntimeImage: base, Dir: fstest.MapFS{"a.py": {}}, Handler: "no dots here"}, oci.ErrInvalidSource},
+		{"no code", oci.Source{RuntimeImage: base, Handler: "handler.handle"}, oci.ErrInvalidSource},
+		{"bad runtime ref", oci.Source{RuntimeImage: "UPPER/Case::", Dir: fstest.MapFS{"a.py": {}}, Handler: "a.b"}, oci.ErrInvalidSource},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c.reset()
+			res, err := b.Build(ctx, tc.src)
+			if err == nil {
+				res.Close()
+				t.Fatal("built; want an error")
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("error %v, want %v", err, tc.want)
+			}
+			for _, m := range []string{"POST", "PUT", "PATCH"} {
+				if n := c.count(m, "/v2/"); n != 0 {
+					t.Errorf("%d %s requests; nothing may be written:\n%s", n, m, c.dump())
+				}
+			}
+		})
+	}
+	// The target repository never came into existence.
+	if _, err := remote.List(mustRepo(t, reg+"/fn/bad")); err == nil {
+		t.Error("repository fn/bad exists after only failed builds")
+	}
+}
+
+func mustRepo(t *testing.T, s string) name.Repository {
+	r, err := name.NewRepository(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A code-only rebuild uploads exactly one layer blob, the config and the manifest; the runtime's
+// layers are mounted the first time and never downloaded; an identical re-push uploads nothing.
+func TestPushUploadsOnlyWhatIsNew(t *testing.T) {
+	ctx := context.Background()
+	base := pushBase(t, "runtimes/count", baseImage(t, "amd64"))
+	c := newCounter()
+	b, err := oci.NewBuilder(oci.WithTransport(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(body string) *oci.Result {
+		res, err := b.Build(ctx, zipSource(base, zipOf(t, map[string]string{"handler.py": body})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { res.Close() })
+		return res
+	}
+	uploads := func() int { return c.count("PUT", "/blobs/uploads/") }
+
+	// First push into a new repository: 2 base layers mounted, code + config uploaded.
+	first := build("v1")
+	if _, err := b.Push(ctx, first, reg+"/fn/count:latest"); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.count("POST", "mount="); n != 2 {
+		t.Errorf("first push: %d mount requests, want 2 (the base layers):\n%s", n, c.dump())
+	}
+	if n := uploads(); n != 2 {
+		t.Errorf("first push: %d blob uploads, want 2 (code layer + config):\n%s", n, c.dump())
+	}
+	if n := c.count("GET", "/blobs/sha256:"); n != 1 {
+		t.Errorf("%d blob downloads, want 1 (the runtime config only; base layers are never downloaded):\n%s", n, c.dump())
+	}
+
+	c.reset()
+	second := build("v2")
+	if _, err := b.Push(ctx, second, reg+"/fn/count:latest"); err != nil {
+		t.Fatal(err)
+	}
+	if n := uploads(); n != 2 {
+		t.Errorf("code-only rebuild: %d blob uploads, want 2 (code layer + config):\n%s", n, c.dump())
+	}
+	if n := c.count("PUT", "/manifests/"); n != 1 {
+		t.Errorf("code-only rebuild: %d manifest PUTs, want 1", n)
+	}
+	if n := c.count("POST", "mount="); n != 0 {
+		t.Errorf("code-only rebuild: %d mounts, want 0 (base layers known to be there)", n)
+	}
+	if n := c.count("GET", "/blobs/"); n != 0 {
+		t.Errorf("code-only rebuild downloaded %d blobs, want 0:\n%s", n, c.dump())
+	}
+
+	// The same image again, from a fresh builder (no in-process memory of what was pushed).
+	c.reset()
+	b2, _ := oci.NewBuilder(oci.WithTransport(c))
+	again, err := b2.Build(ctx, zipSource(base, zipOf(t, map[string]string{"handler.py": "v2"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	d1, _ := second.Digest()
+	d2, _ := again.Digest()
+	if d1 != d2 {
+		t.Fatalf("identical rebuild: digest %s != %s", d2, d1)
+	}
+	if _, err := b2.Push(ctx, again, reg+"/fn/count:latest"); err != nil {
+		t.Fatal(err)
+	}
+	if n := uploads() + c.count("PATCH", "/blobs/") + c.count("PUT", "/manifests/"); n != 0 {
+		t.Errorf("identical re-push wrote %d times, want 0:\n%s", n, c.dump())
+	}
+}
+
+func TestIndexRuntime(t *testing.T) {
+	ctx := context.Background()
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: baseImage(t, "amd64"), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: baseImage(t, "arm64"), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+	)
+	ref, _ := name.ParseReference(reg + "/runtimes/multi:latest")
+	if err := remote.WriteIndex(ref, idx); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := oci.NewBuilder()
+	res, err := b.Build(ctx, zipSource(ref.String(), zipOf(t, map[string]string{"handler.py": "x"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	if res.Index == nil {
+		t.Fatal("an index runtime must give an index")
+	}
+	out, err := b.Push(ctx, res, reg+"/fn/multi:latest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := remote.Index(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Index(got); err != nil {
+		t.Fatalf("validate.Index: %v", err)
+	}
+	im, _ := got.IndexManifest()
+	if len(im.Manifests) != 2 {
+		t.Fatalf("%d manifests, want 2", len(im.Manifests))
+	}
+	codeDigest, _ := res.Code.Digest()
+	for _, d := range im.Manifests {
+		img, _ := got.Image(d.Digest)
+		m, _ := img.Manifest()
+		if len(m.Layers) != 3 || m.Layers[2].Digest != codeDigest {
+			t.Errorf("%s: layers %v, want the code layer last", d.Platform, m.Layers)
+		}
+		cf, _ := img.ConfigFile()
+		if cf.Architecture != d.Platform.Architecture {
+			t.Errorf("platform %s has config for %s", d.Platform, cf.Architecture)
+		}
+	}
+}
+
+// The real crane binary, as a user would run it, sees the labels and the layer count.
+func TestCraneSeesImage(t *testing.T) {
+	crane, err := testenv.Tool("crane")
+	if err != nil {
+		testenv.Missing(t, "crane", err)
+	}
+	ctx := context.Background()
+	base := pushBase(t, "runtimes/crane", baseImage(t, "amd64"))
+	b, _ := oci.NewBuilder()
+	res, err := b.Build(ctx, zipSource(base, zipOf(t, map[string]string{"handler.py": "x"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	ref, err := b.Push(ctx, res, reg+"/fn/crane:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := exec.Command(crane, "config", ref.String()).Output()
+	if err != nil {
+		t.Fatalf("crane config: %v", err)
+	}
+	for _, want := range []string{`"dev.sless.function":"hello"`, `"org.opencontainers.image.revision":"sha256:`, `"User":"65532:65532"`, `"HANDLER=handler.handle"`} {
+		if !strings.Contains(string(cfg), want) {
+			t.Errorf("crane config lacks %s:\n%s", want, cfg)
+		}
+	}
+	man, err := exec.Command(crane, "manifest", reg+"/fn/crane:v1").Output()
+	if err != nil {
+		t.Fatalf("crane manifest: %v", err)
+	}
+	if n := strings.Count(string(man), `"application/vnd.oci.image.layer.v1.tar+gzip"`); n != 3 {
+		t.Errorf("crane manifest shows %d layers, want 3:\n%s", n, man)
+	}
+	dig, err := exec.Command(crane, "digest", reg+"/fn/crane:v1").Output()
+	if err != nil || strings.TrimSpace(string(dig)) != ref.DigestStr() {
+		t.Errorf("crane digest %q (%v), want %s", dig, err, ref.DigestStr())
+	}
+}

@@ -1,0 +1,89 @@
+package oci
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+
+	"github.com/google/go-containerregistry/pkg/name"
+)
+
+// Push uploads what the registry lacks and returns the image by digest. to is a repository, with an
+// optional tag ("registry/repo:tag"); without a tag the image is pushed by digest only.
+func (b *Builder) Push(ctx context.Context, r *Result, to string) (name.Digest, error) {
+	repo, ref, err := b.target(to)
+	if err != nil {
+		return name.Digest{}, err
+	}
+	d, err := r.Digest()
+	if err != nil {
+		return name.Digest{}, err
+	}
+	dref := repo.Digest(d.String())
+	if ref == nil {
+		ref = dref
+	}
+	b.report("push", "pushing %s", ref)
+	ps := &pushState{b: b}
+	if err := b.pusher.Push(withPushState(ctx, ps), ref, r.taggable()); err != nil {
+		return name.Digest{}, fmt.Errorf("pushing %s: %w", ref, err)
+	}
+	b.report("push", "pushed %s (%d bytes uploaded)", dref, ps.sent.Load())
+	return dref, nil
+}
+
+// target parses "repo[:tag]"; a reference with a digest is refused (the digest is the build's).
+func (b *Builder) target(to string) (name.Repository, name.Reference, error) {
+	if strings.Contains(to, "@") {
+		return name.Repository{}, nil, fmt.Errorf("%w: push target %q must be a repository with an optional tag, not a digest", ErrInvalidSource, to)
+	}
+	opts := append(b.nameOpts(), name.StrictValidation)
+	if tag, err := name.NewTag(to, opts...); err == nil {
+		return tag.Context(), tag, nil
+	}
+	repo, err := name.NewRepository(to, b.nameOpts()...)
+	if err != nil {
+		return name.Repository{}, nil, fmt.Errorf("%w: push target %q: %v", ErrInvalidSource, to, err)
+	}
+	return repo, nil, nil
+}
+
+type pushStateKey struct{}
+
+type pushState struct {
+	b    *Builder
+	sent atomic.Int64
+}
+
+func withPushState(ctx context.Context, ps *pushState) context.Context {
+	return context.WithValue(ctx, pushStateKey{}, ps)
+}
+
+// progressTransport counts blob bytes sent for the push whose context carries a pushState.
+type progressTransport struct{ next http.RoundTripper }
+
+func (t *progressTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ps, _ := req.Context().Value(pushStateKey{}).(*pushState)
+	if ps != nil && ps.b.o.progress != nil && req.Body != nil && strings.Contains(req.URL.Path, "/blobs/uploads/") {
+		req = req.Clone(req.Context())
+		req.Body = &countingBody{ReadCloser: req.Body, ps: ps}
+	}
+	return t.next.RoundTrip(req)
+}
+
+type countingBody struct {
+	io.ReadCloser
+	ps *pushState
+}
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	if n > 0 {
+		sent := c.ps.sent.Add(int64(n))
+		c.ps.b.o.progress(Progress{Stage: "push", Message: "uploading", Sent: sent})
+	}
+	return n, err
+}
