@@ -2,7 +2,7 @@
 # Builds language base images from Debian packages (Docker Hub is unreachable here) and writes each
 # as an OCI image layout under $SLESS_CACHE/bases/<name>. Usage: build-bases.sh NAME... where NAME is
 # busybox (tiny demo base), python3.11 or nodejs20. Cached by a key over the package list, versions
-# and this script; rebuilt only when that key changes. Prints nothing on stdout but the layout paths.
+# and BASES_REVISION (bump it when this script changes what it builds); rebuilt only when the key changes. Prints nothing on stdout but the layout paths.
 . "$(dirname "$0")/lib.sh"
 [ $# -gt 0 ] || set -- busybox python3.11
 "$HACK_DIR/install-apt.sh"
@@ -42,7 +42,7 @@ build_one() {
     bench-debian) key="bench-debian|$DEBIAN_SUITE|$BENCH_BASE_PACKAGES";;
     *) die "unknown base $name (busybox, python3.11, nodejs20, bench-debian)";;
   esac
-  key="$key|$(sha256sum "$0" "$HACK_DIR/mkbase/main.go" | sha256sum | cut -c1-16)"
+  key="$key|rev $BASES_REVISION"
   if [ -f "$out/index.json" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ]; then
     log "$name base cached at $out"; echo "$out"; return 0
   fi
@@ -55,16 +55,16 @@ build_one() {
       mkdir -p "$rootfs"/{bin,etc,tmp} && cp "$(command -v busybox)" "$rootfs/bin/busybox"
       for app in $("$rootfs/bin/busybox" --list); do [ "$app" = busybox ] || ln -sf busybox "$rootfs/bin/$app"; done
       echo 'root:x:0:0:root:/root:/bin/sh' > "$rootfs/etc/passwd"; chmod 1777 "$rootfs/tmp"
-      "$MKBASE" -rootfs "$rootfs" -o "$tmp/layout" -env PATH=/bin -cmd '["/bin/sh"]';;
+      "$MKBASE" -desc "$name base from Debian $DEBIAN_SUITE packages" -rootfs "$rootfs" -o "$tmp/layout" -env PATH=/bin -cmd '["/bin/sh"]';;
     python3.11)
       debootstrap_into "$rootfs" ca-certificates,python3,python3-pip
       trim "$rootfs"
-      "$MKBASE" -rootfs "$rootfs" -o "$tmp/layout" -cmd '["python3"]' \
+      "$MKBASE" -desc "$name base from Debian $DEBIAN_SUITE packages" -rootfs "$rootfs" -o "$tmp/layout" -cmd '["python3"]' \
         -env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin -env LANG=C.UTF-8 \
         -env PYTHONDONTWRITEBYTECODE=1 -env PIP_DISABLE_PIP_VERSION_CHECK=1;;
     bench-debian) # a realistic, untrimmed "python with a toolchain" base for the builder benchmark
       debootstrap_into "$rootfs" "$BENCH_BASE_PACKAGES"
-      "$MKBASE" -rootfs "$rootfs" -o "$tmp/layout" -cmd '["python3"]' \
+      "$MKBASE" -desc "$name base from Debian $DEBIAN_SUITE packages" -rootfs "$rootfs" -o "$tmp/layout" -cmd '["python3"]' \
         -env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin -env LANG=C.UTF-8;;
     nodejs20)
       debootstrap_into "$rootfs" ca-certificates
@@ -78,7 +78,7 @@ build_one() {
       ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$rootfs/usr/local/bin/npm"
       ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$rootfs/usr/local/bin/npx"
       "$rootfs/usr/local/bin/node" --version >/dev/null || die "the node binary from $NODE_PACKAGE does not run"
-      "$MKBASE" -rootfs "$rootfs" -o "$tmp/layout" -cmd '["node"]' \
+      "$MKBASE" -desc "$name base from Debian $DEBIAN_SUITE packages" -rootfs "$rootfs" -o "$tmp/layout" -cmd '["node"]' \
         -env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin -env LANG=C.UTF-8;;
   esac
   rm -rf "$out"; mv "$tmp/layout" "$out"; echo "$key" > "$out.key"

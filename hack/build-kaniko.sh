@@ -25,7 +25,7 @@ CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/root/kaniko/executor"
 echo '{}' > "$tmp/root/kaniko/.docker/config.json"
 cp /etc/ssl/certs/ca-certificates.crt "$tmp/root/etc/ssl/certs/" 2>/dev/null || true
 mkdir -p "$out.tmp"
-"$(mkbase_bin)" -rootfs "$tmp/root" -o "$out.tmp/layout" \
+"$(mkbase_bin)" -desc "kaniko executor $KANIKO_VERSION" -rootfs "$tmp/root" -o "$out.tmp/layout" \
   -entrypoint /kaniko/executor -env PATH=/usr/local/bin:/kaniko:/bin -env HOME=/root \
   -env DOCKER_CONFIG=/kaniko/.docker/ -env SSL_CERT_DIR=/kaniko/ssl/certs >&2
 cp "$tmp/root/kaniko/executor" "$out.tmp/executor"

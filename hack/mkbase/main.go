@@ -43,6 +43,7 @@ func run(ctx context.Context) error {
 	cmd := flag.String("cmd", "", "Cmd as a JSON array")
 	entrypoint := flag.String("entrypoint", "", "Entrypoint (one path)")
 	workdir := flag.String("workdir", "", "WorkingDir")
+	desc := flag.String("desc", "root filesystem", "what the layer is, for the history entry")
 	flag.Var(&env, "env", "KEY=VALUE (repeatable)")
 	flag.Var(&labels, "label", "KEY=VALUE (repeatable)")
 	flag.Parse()
@@ -96,7 +97,7 @@ func run(ctx context.Context) error {
 			cf.Config.Labels[k] = v
 		}
 	}
-	cf.History = []v1.History{{Created: cf.Created, CreatedBy: "mkbase: rootfs of " + filepath.Base(*rootfs)}}
+	cf.History = []v1.History{{Created: cf.Created, CreatedBy: "mkbase: " + *desc}}
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
 		return err

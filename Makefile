@@ -1,0 +1,45 @@
+# sless — see README.md. `make demo` and `make test` set up everything they need themselves.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+export SLESS_CACHE ?= $(HOME)/.cache/sless
+
+.PHONY: all build test bench fmt vet tools bases demo lint clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/sless ./cmd/sless
+
+# Debian packages and Go tools the tests need (idempotent, cached under $(SLESS_CACHE)).
+tools:
+	@hack/install-apt.sh
+	@hack/install-go-tools.sh crane
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+vet:
+	$(GO) vet ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+# Unit and integration tests against real components. SLESS_REQUIRE_REAL=1 turns a skip for a
+# missing component into a failure; the last line is the pass/fail/skip count.
+test: tools lint
+	@set -o pipefail; PATH="$(SLESS_CACHE)/bin:$$PATH" SLESS_REQUIRE_REAL=1 \
+	  $(GO) test -timeout 30m -count=1 -json ./... | $(GO) run ./hack/testsum
+
+# Benchmarks with side-by-side anchors (kaniko, buildah, the protocol floor); see BENCHMARKS.md.
+bench: tools
+	@hack/install-go-tools.sh kaniko
+	@hack/build-bases.sh busybox bench-debian >/dev/null
+	$(GO) run ./bench $(BENCH_FLAGS)
+
+demo: tools
+	@hack/demo.sh
+
+clean:
+	rm -rf $(BIN)
