@@ -4,17 +4,16 @@ GO ?= go
 BIN := bin
 export SLESS_CACHE ?= $(HOME)/.cache/sless
 
-.PHONY: all build test bench fmt vet tools bases demo lint clean
+.PHONY: all build test bench fmt vet tools demo lint clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/sless ./cmd/sless
 
-# Debian packages and Go tools the tests need (idempotent, cached under $(SLESS_CACHE)).
+# Debian packages, Go tools and base images the tests need (idempotent, cached under $(SLESS_CACHE)).
 tools:
-	@hack/install-apt.sh
-	@hack/install-go-tools.sh crane
+	@hack/setup-test.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
@@ -35,7 +34,7 @@ test: tools lint
 # Benchmarks with side-by-side anchors (kaniko, buildah, the protocol floor); see BENCHMARKS.md.
 bench: tools
 	@hack/install-go-tools.sh kaniko
-	@hack/build-bases.sh busybox bench-debian >/dev/null
+	@hack/build-bases.sh bench-debian >/dev/null
 	$(GO) run ./bench $(BENCH_FLAGS)
 
 demo: tools

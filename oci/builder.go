@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"regexp"
 	"strings"
 	"sync"
@@ -100,9 +101,11 @@ type Builder struct {
 	pusher *remote.Pusher
 	flight singleflight.Group
 
-	mu    sync.Mutex
-	tags  map[string]resolvedTag // runtime reference as given -> digest
-	bases map[string]*base       // digest reference -> base
+	mu      sync.Mutex
+	tags    map[string]resolvedTag      // runtime reference as given -> digest
+	bases   map[string]*base            // digest reference -> base
+	known   map[string]map[v1.Hash]bool // repository -> blobs pushed there by this Builder
+	clients map[string]*http.Client     // repository -> authenticated client (fast path)
 }
 
 type resolvedTag struct {
@@ -122,7 +125,8 @@ func NewBuilder(opts ...Option) (*Builder, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Builder{o: o, tags: map[string]resolvedTag{}, bases: map[string]*base{}}
+	b := &Builder{o: o, tags: map[string]resolvedTag{}, bases: map[string]*base{},
+		known: map[string]map[v1.Hash]bool{}, clients: map[string]*http.Client{}}
 	b.ropts = []remote.Option{
 		remote.WithTransport(&progressTransport{next: o.transport}),
 		remote.WithAuthFromKeychain(o.keychain),
@@ -194,11 +198,8 @@ func (b *Builder) Build(ctx context.Context, src Source) (*Result, error) {
 
 	res := &Result{Base: bs.ref, Revision: revision, Code: code}
 	meta := imageMeta{src: src, base: bs.ref, revision: revision, modTime: b.o.modTime, baseName: src.RuntimeImage}
-	if bs.img != nil {
-		res.Image, err = appendCode(bs.img, code, meta)
-	} else {
-		res.Index, err = appendCodeToIndex(bs.idx, code, meta)
-	}
+	hist := v1.History{Created: v1.Time{Time: b.o.modTime}, CreatedBy: historyCode, Comment: revision}
+	res.Image, res.Index, err = appendToAll(bs.img, bs.idx, code, hist, codeEdit(meta), meta.labels)
 	if err != nil {
 		code.Close()
 		return nil, err
@@ -295,56 +296,72 @@ func (m imageMeta) labels(baseDigest v1.Hash) map[string]string {
 	return l
 }
 
-// appendCode adds the code layer to one platform image and sets the function config.
-func appendCode(img v1.Image, code *layers.Layer, m imageMeta) (v1.Image, error) {
+// configEdit changes a copy of a platform image's config and returns the annotations to set on an
+// OCI manifest. baseDigest is that platform image's digest.
+type configEdit func(cf *v1.ConfigFile, baseDigest v1.Hash) map[string]string
+
+// appendLayer adds one layer to one platform image and applies edit to its config.
+func appendLayer(img v1.Image, l *layers.Layer, hist v1.History, edit configEdit) (v1.Image, error) {
 	baseDigest, err := img.Digest()
 	if err != nil {
 		return nil, err
 	}
-	lmt, _ := code.MediaType()
-	out, err := mutate.Append(img, mutate.Addendum{
-		Layer:     code,
-		MediaType: lmt,
-		History:   v1.History{Created: v1.Time{Time: m.modTime}, CreatedBy: historyCode, Comment: m.revision},
-	})
+	lmt, _ := l.MediaType()
+	out, err := mutate.Append(img, mutate.Addendum{Layer: l, MediaType: lmt, History: hist})
 	if err != nil {
-		return nil, fmt.Errorf("appending code layer: %w", err)
+		return nil, fmt.Errorf("appending layer: %w", err)
 	}
 	cf, err := out.ConfigFile()
 	if err != nil {
-		return nil, fmt.Errorf("reading runtime image config: %w", err)
+		return nil, fmt.Errorf("reading base image config: %w", err)
 	}
 	cf = cf.DeepCopy()
-	cf.Created = v1.Time{Time: m.modTime}
-	cf.Config.User = FunctionUser
-	cf.Config.WorkingDir = FunctionDir
-	cf.Config.Env = setEnv(cf.Config.Env, "HANDLER", m.src.Handler)
-	if envValue(cf.Config.Env, "PORT") == "" {
-		cf.Config.Env = setEnv(cf.Config.Env, "PORT", "8080")
+	annotations := edit(cf, baseDigest)
+	if out, err = mutate.ConfigFile(out, cf); err != nil {
+		return nil, fmt.Errorf("setting config: %w", err)
 	}
-	labels := m.labels(baseDigest)
+	// Docker schema 2 manifests have no annotations; OCI ones carry the base and revision too.
+	if mt, _ := img.MediaType(); mt == types.OCIManifestSchema1 && len(annotations) > 0 {
+		out = mutate.Annotations(out, annotations).(v1.Image)
+	}
+	return out, nil
+}
+
+// codeEdit is the function image config of DESIGN.md §3.
+func codeEdit(m imageMeta) configEdit {
+	return func(cf *v1.ConfigFile, baseDigest v1.Hash) map[string]string {
+		cf.Created = v1.Time{Time: m.modTime}
+		cf.Config.User = FunctionUser
+		cf.Config.WorkingDir = FunctionDir
+		cf.Config.Env = setEnv(cf.Config.Env, "HANDLER", m.src.Handler)
+		if envValue(cf.Config.Env, "PORT") == "" {
+			cf.Config.Env = setEnv(cf.Config.Env, "PORT", "8080")
+		}
+		labels := m.labels(baseDigest)
+		setLabels(cf, labels)
+		return labels
+	}
+}
+
+func setLabels(cf *v1.ConfigFile, labels map[string]string) {
 	if cf.Config.Labels == nil {
 		cf.Config.Labels = map[string]string{}
 	}
 	for k, v := range labels {
 		cf.Config.Labels[k] = v
 	}
-	if out, err = mutate.ConfigFile(out, cf); err != nil {
-		return nil, fmt.Errorf("setting config: %w", err)
-	}
-	// Docker schema 2 manifests have no annotations; OCI ones carry the base and revision too.
-	if mt, _ := img.MediaType(); mt == types.OCIManifestSchema1 {
-		out = mutate.Annotations(out, labels).(v1.Image)
-	}
-	return out, nil
 }
 
-// appendCodeToIndex appends the code layer to every platform image of an index. Entries that are
-// not runnable images (attestations, unknown/unknown) are dropped: their subject would be stale.
-func appendCodeToIndex(idx v1.ImageIndex, code *layers.Layer, m imageMeta) (v1.ImageIndex, error) {
+// appendToAll appends l to img, or to every runnable platform image of idx. Entries that are not
+// runnable images (attestations, unknown/unknown) are dropped: their subject would be stale.
+func appendToAll(img v1.Image, idx v1.ImageIndex, l *layers.Layer, hist v1.History, edit configEdit, indexAnnotations func(v1.Hash) map[string]string) (v1.Image, v1.ImageIndex, error) {
+	if img != nil {
+		out, err := appendLayer(img, l, hist, edit)
+		return out, nil, err
+	}
 	im, err := idx.IndexManifest()
 	if err != nil {
-		return nil, fmt.Errorf("reading runtime index: %w", err)
+		return nil, nil, fmt.Errorf("reading base index: %w", err)
 	}
 	imt, _ := idx.MediaType()
 	out := mutate.IndexMediaType(empty.Index, imt)
@@ -355,11 +372,11 @@ func appendCodeToIndex(idx v1.ImageIndex, code *layers.Layer, m imageMeta) (v1.I
 		}
 		child, err := idx.Image(desc.Digest)
 		if err != nil {
-			return nil, fmt.Errorf("reading runtime image %s: %w", desc.Digest, err)
+			return nil, nil, fmt.Errorf("reading base image %s: %w", desc.Digest, err)
 		}
-		built, err := appendCode(child, code, m)
+		built, err := appendLayer(child, l, hist, edit)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = mutate.AppendManifests(out, mutate.IndexAddendum{
 			Add:        built,
@@ -368,16 +385,16 @@ func appendCodeToIndex(idx v1.ImageIndex, code *layers.Layer, m imageMeta) (v1.I
 		n++
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("%w: runtime index %s has no runnable images", ErrInvalidSource, m.base)
+		return nil, nil, fmt.Errorf("%w: base index has no runnable images", ErrInvalidSource)
 	}
 	if imt == types.OCIImageIndex {
-		baseDigest, err := v1.NewHash(m.base.DigestStr())
+		d, err := idx.Digest()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out = mutate.Annotations(out, m.labels(baseDigest)).(v1.ImageIndex)
+		out = mutate.Annotations(out, indexAnnotations(d)).(v1.ImageIndex)
 	}
-	return out, nil
+	return nil, out, nil
 }
 
 func setEnv(env []string, k, v string) []string {

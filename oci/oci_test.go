@@ -322,6 +322,14 @@ func TestBadSourceNothingPushed(t *testing.T) {
 	}
 }
 
+func mustRef(t *testing.T, s string) name.Reference {
+	r, err := name.ParseReference(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func mustRepo(t *testing.T, s string) name.Repository {
 	r, err := name.NewRepository(s)
 	if err != nil {
@@ -382,6 +390,22 @@ func TestPushUploadsOnlyWhatIsNew(t *testing.T) {
 	if n := c.count("GET", "/blobs/"); n != 0 {
 		t.Errorf("code-only rebuild downloaded %d blobs, want 0:\n%s", n, c.dump())
 	}
+	// The fast path: no existence checks and no chunked PATCH, i.e. the protocol's minimum.
+	if n := c.count("HEAD", "/v2/") + c.count("PATCH", "/v2/"); n != 0 {
+		t.Errorf("code-only rebuild sent %d HEAD/PATCH requests, want 0:\n%s", n, c.dump())
+	}
+	pushed, err := remote.Image(mustRef(t, reg+"/fn/count:latest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Image(pushed); err != nil {
+		t.Fatalf("validate.Image after the fast path: %v", err)
+	}
+	if d1, _ := pushed.Digest(); true {
+		if d2, _ := second.Digest(); d1 != d2 {
+			t.Fatalf("registry has %s, built %s", d1, d2)
+		}
+	}
 
 	// The same image again, from a fresh builder (no in-process memory of what was pushed).
 	c.reset()
@@ -401,6 +425,42 @@ func TestPushUploadsOnlyWhatIsNew(t *testing.T) {
 	}
 	if n := uploads() + c.count("PATCH", "/blobs/") + c.count("PUT", "/manifests/"); n != 0 {
 		t.Errorf("identical re-push wrote %d times, want 0:\n%s", n, c.dump())
+	}
+}
+
+// When what the Builder remembers about a repository is stale (a blob was deleted there), the push
+// still succeeds: the fast path fails and a fully checking push restores the blob.
+func TestPushRecoversFromLostBlob(t *testing.T) {
+	ctx := context.Background()
+	base := pushBase(t, "runtimes/lost", baseImage(t, "amd64"))
+	b, _ := oci.NewBuilder()
+	push := func(body string) name.Digest {
+		res, err := b.Build(ctx, zipSource(base, zipOf(t, map[string]string{"handler.py": body})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Close()
+		d, err := b.Push(ctx, res, reg+"/fn/lost:latest")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	first := push("v1")
+	img, _ := remote.Image(first)
+	m, _ := img.Manifest()
+	req, _ := http.NewRequest(http.MethodDelete, "http://"+reg+"/v2/fn/lost/blobs/"+m.Layers[0].Digest.String(), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("deleting a base layer from the repository: %v %v", err, resp)
+	}
+	second := push("v2")
+	got, err := remote.Image(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Image(got); err != nil {
+		t.Fatalf("validate.Image: %v", err)
 	}
 }
 

@@ -67,22 +67,7 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{err.Error()}
 	}
 
-	progress := func(p oci.Progress) {}
-	if !f.quiet {
-		lastSent := int64(-1)
-		progress = func(p oci.Progress) {
-			if p.Stage == "push" && p.Message == "uploading" {
-				// A line per MiB is enough to show progress without flooding the terminal.
-				if p.Sent-lastSent < 1<<20 {
-					return
-				}
-				lastSent = p.Sent
-				fmt.Fprintf(stderr, "push: %s uploaded\n", humanBytes(p.Sent))
-				return
-			}
-			fmt.Fprintf(stderr, "%s: %s\n", p.Stage, p.Message)
-		}
-	}
+	progress := progressPrinter(stderr, f.quiet)
 	b, err := oci.NewBuilder(oci.WithInsecure(f.insecure), oci.WithModTime(modTime), oci.WithProgress(progress),
 		oci.WithLayerOptions(layers.WithMaxBytes(f.maxBytes)))
 	if err != nil {
@@ -164,5 +149,24 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	default:
 		return fmt.Sprintf("%d B", n)
+	}
+}
+
+// progressPrinter prints the builder's progress on stderr, a line per stage and per MiB pushed.
+func progressPrinter(stderr io.Writer, quiet bool) func(oci.Progress) {
+	if quiet {
+		return func(oci.Progress) {}
+	}
+	lastSent := int64(-1)
+	return func(p oci.Progress) {
+		if p.Stage == "push" && p.Message == "uploading" {
+			if p.Sent-lastSent < 1<<20 {
+				return
+			}
+			lastSent = p.Sent
+			fmt.Fprintf(stderr, "push: %s uploaded\n", humanBytes(p.Sent))
+			return
+		}
+		fmt.Fprintf(stderr, "%s: %s\n", p.Stage, p.Message)
 	}
 }

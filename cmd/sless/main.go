@@ -39,6 +39,7 @@ const topUsage = `sless — serverless functions on Kubernetes, built without ka
 
 Usage:
   sless build --runtime-image REF --src DIR|FILE.zip --handler MODULE.FUNC --to REPO[:TAG]
+  sless runtime build --runtime python3.11|nodejs20 --base REF --to REPO[:TAG]
   sless registry --listen ADDR --root DIR     serve a CNCF Distribution registry (for trying things out)
   sless version
 
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "build":
 		return runBuild(ctx, args[1:], stdout, stderr)
+	case "runtime":
+		return runRuntime(ctx, args[1:], stdout, stderr)
 	case "registry":
 		return runRegistry(ctx, args[1:], stdout, stderr)
 	case "version", "--version":

@@ -1,0 +1,245 @@
+'use strict';
+// sless nodejs20 runtime: an HTTP server (node's http module only) that wraps the user's handler.
+// The contract (environment, event, results, errors, job mode) is in runtimes/README.md.
+const http = require('http');
+const fs = require('fs');
+const path = require('path');
+const { pathToFileURL } = require('url');
+
+const HANDLER = process.env.HANDLER || 'handler.handle';
+const FUNCTION_DIR = process.env.FUNCTION_DIR || '/app/function';
+const HOST = process.env.HOST || undefined; // all interfaces, as a pod needs; runners on a shared host narrow it
+const PORT = parseInt(process.env.PORT || '8080', 10);
+const TIMEOUT_SEC = parseFloat(process.env.TIMEOUT_SEC || '30');
+const MAX_BODY_BYTES = parseInt(process.env.MAX_BODY_BYTES || String(6 * 1024 * 1024), 10);
+const GRACE_SEC = parseFloat(process.env.GRACE_SEC || '10');
+const TERMINATION_LOG = process.env.TERMINATION_LOG || '/dev/termination-log';
+const TERMINATION_LIMIT = 4096;
+
+function failStart(msg) {
+  process.stderr.write('sless: ' + msg + '\n');
+  process.exit(1);
+}
+
+// The handler is loaded at start so a broken function fails fast instead of serving 500s.
+async function loadHandler() {
+  const dot = HANDLER.lastIndexOf('.');
+  if (dot <= 0 || dot === HANDLER.length - 1) {
+    failStart(`HANDLER=${JSON.stringify(HANDLER)} must look like file.export (e.g. handler.handle)`);
+  }
+  const file = HANDLER.slice(0, dot);
+  const name = HANDLER.slice(dot + 1);
+  const base = path.resolve(FUNCTION_DIR, file);
+  const found = [base + '.js', base + '.mjs', base + '.cjs', base].find(
+    (p) => fs.existsSync(p) && fs.statSync(p).isFile());
+  if (!found) failStart(`cannot load handler '${HANDLER}': ${base}.js not found`);
+  let mod;
+  try {
+    mod = await import(pathToFileURL(found).href);
+  } catch (e) {
+    process.stderr.write(String((e && e.stack) || e) + '\n');
+    failStart(`cannot load handler '${HANDLER}': ${found}: ${e}`);
+  }
+  let fn = mod[name];
+  if (typeof fn !== 'function' && mod.default) fn = mod.default[name];
+  if (typeof fn !== 'function') failStart(`cannot load handler '${HANDLER}': ${found} has no exported function '${name}'`);
+  return fn;
+}
+
+class Timeout extends Error {}
+
+// invoke calls the handler (sync or async) and gives up after the timeout. A handler that keeps the
+// event loop busy cannot be interrupted; an async one keeps running after the 504, its result dropped.
+function invoke(handler, event) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Timeout()), TIMEOUT_SEC * 1000);
+  });
+  const call = new Promise((resolve) => resolve(handler(event)));
+  return Promise.race([call, timeout]).finally(() => clearTimeout(timer));
+}
+
+function toEvent(req, body) {
+  const u = new URL(req.url, 'http://function');
+  const query = {};
+  for (const [k, v] of u.searchParams) (query[k] = query[k] || []).push(v);
+  const headers = {};
+  for (const [k, v] of Object.entries(req.headers)) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+  const event = { method: req.method, path: u.pathname, query, headers, body: null, is_base64_encoded: false };
+  if (body.length > 0) {
+    const ctype = (headers['content-type'] || '').split(';')[0].trim().toLowerCase();
+    const text = new TextDecoder('utf-8', { fatal: true });
+    let s;
+    try {
+      s = text.decode(body);
+    } catch {
+      event.body = body.toString('base64');
+      event.is_base64_encoded = true;
+      return event;
+    }
+    if (ctype === 'application/json' || ctype.endsWith('+json')) {
+      try {
+        event.body = JSON.parse(s);
+        return event;
+      } catch { /* not JSON after all: pass the text */ }
+    }
+    event.body = s;
+  }
+  return event;
+}
+
+function toResponse(result) {
+  if (result === undefined || result === null) return [204, {}, Buffer.alloc(0)];
+  if (typeof result === 'object' && !Buffer.isBuffer(result) && 'statusCode' in result) {
+    const headers = { ...(result.headers || {}) };
+    let body = result.body;
+    let data;
+    if (body === undefined || body === null) data = Buffer.alloc(0);
+    else if (Buffer.isBuffer(body)) data = body;
+    else if (typeof body === 'string') data = Buffer.from(body, result.isBase64Encoded ? 'base64' : 'utf8');
+    else {
+      data = Buffer.from(JSON.stringify(body));
+      if (!Object.keys(headers).some((k) => k.toLowerCase() === 'content-type')) headers['Content-Type'] = 'application/json';
+    }
+    return [Number(result.statusCode), headers, data];
+  }
+  if (typeof result === 'string') return [200, { 'Content-Type': 'text/plain; charset=utf-8' }, Buffer.from(result)];
+  if (Buffer.isBuffer(result)) return [200, { 'Content-Type': 'application/octet-stream' }, result];
+  return [200, { 'Content-Type': 'application/json' }, Buffer.from(JSON.stringify(result))];
+}
+
+function errorBody(code, message) {
+  return Buffer.from(JSON.stringify({ error: { code, message } }));
+}
+
+let stopping = false;
+
+function send(res, status, headers, data) {
+  for (const k of Object.keys(headers)) {
+    if (['content-length', 'transfer-encoding', 'connection'].includes(k.toLowerCase())) delete headers[k];
+  }
+  headers['Content-Length'] = data.length;
+  // While stopping, close each connection after its response so server.close() can complete.
+  if (stopping) headers['Connection'] = 'close';
+  res.writeHead(status, headers);
+  res.end(res.req.method === 'HEAD' ? undefined : data);
+}
+
+function log(req, status, start) {
+  const line = {
+    time: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+    method: req.method,
+    path: new URL(req.url, 'http://function').pathname,
+    status,
+    duration_ms: Math.round(Number(process.hrtime.bigint() - start) / 1000) / 1000,
+  };
+  if (req.headers['x-request-id']) line.request_id = req.headers['x-request-id'];
+  process.stdout.write(JSON.stringify(line) + '\n');
+}
+
+function readBody(req) {
+  return new Promise((resolve, reject) => {
+    const declared = parseInt(req.headers['content-length'] || '0', 10);
+    if (declared > MAX_BODY_BYTES) return reject(new Error('too large'));
+    const chunks = [];
+    let n = 0;
+    req.on('data', (c) => {
+      n += c.length;
+      if (n > MAX_BODY_BYTES) {
+        req.pause();
+        reject(new Error('too large'));
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+function writeTermination(text) {
+  try {
+    fs.writeFileSync(TERMINATION_LOG, Buffer.from(text).subarray(0, TERMINATION_LIMIT));
+  } catch { /* not on Kubernetes, or not writable: stdout carries the result anyway */ }
+}
+
+// Job mode: call the handler once with EVENT_JSON (the event itself), print the result, exit.
+async function jobMode(handler) {
+  let event;
+  try {
+    event = JSON.parse(process.env.EVENT_JSON || '{}');
+  } catch (e) {
+    process.stderr.write(`sless: EVENT_JSON is not valid JSON: ${e.message}\n`);
+    writeTermination(JSON.stringify({ error: `EVENT_JSON is not valid JSON: ${e.message}` }));
+    process.exit(1);
+  }
+  try {
+    const result = await invoke(handler, event);
+    const out = JSON.stringify(result === undefined ? null : result);
+    process.stdout.write(out + '\n', () => {
+      writeTermination(out);
+      process.exit(0);
+    });
+  } catch (e) {
+    const msg = e instanceof Timeout ? `the handler did not finish within ${TIMEOUT_SEC} s (TIMEOUT_SEC)` : String(e);
+    process.stderr.write(String((e && !(e instanceof Timeout) && e.stack) || '') + '\nsless: handler failed: ' + msg + '\n');
+    writeTermination(JSON.stringify({ error: msg }));
+    process.exit(1);
+  }
+}
+
+async function main() {
+  const handler = await loadHandler();
+  if (process.env.JOB_MODE === '1' || process.env.JOB_MODE === 'true') return jobMode(handler);
+
+  const server = http.createServer(async (req, res) => {
+    const start = process.hrtime.bigint();
+    if (req.method === 'GET' && req.url === '/health') {
+      send(res, 200, { 'Content-Type': 'application/json' }, Buffer.from('{"status":"ok"}'));
+      return;
+    }
+    let status = 500;
+    try {
+      let body;
+      try {
+        body = await readBody(req);
+      } catch {
+        status = 413;
+        res.setHeader('Connection', 'close');
+        send(res, 413, { 'Content-Type': 'application/json' }, errorBody('payload_too_large', `request body exceeds ${MAX_BODY_BYTES} bytes`));
+        res.on('finish', () => req.destroy());
+        return;
+      }
+      let headers, data;
+      try {
+        [status, headers, data] = toResponse(await invoke(handler, toEvent(req, body)));
+      } catch (e) {
+        if (e instanceof Timeout) {
+          [status, headers, data] = [504, { 'Content-Type': 'application/json' }, errorBody('timeout', `the handler did not finish within ${TIMEOUT_SEC} s (TIMEOUT_SEC)`)];
+        } else {
+          process.stderr.write(String((e && e.stack) || e) + '\n');
+          [status, headers, data] = [500, { 'Content-Type': 'application/json' }, errorBody('handler_error', String((e && e.message) || e))];
+        }
+      }
+      send(res, status, headers, data);
+    } finally {
+      log(req, status, start);
+    }
+  });
+  server.keepAliveTimeout = 65000;
+  const stop = () => {
+    if (stopping) return;
+    stopping = true;
+    // Stop accepting; exit once every connection has closed (in-flight requests finish first).
+    server.close(() => process.exit(0));
+    server.closeIdleConnections();
+    setTimeout(() => process.exit(0), GRACE_SEC * 1000).unref();
+  };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+  server.listen(PORT, HOST, () => {
+    process.stdout.write(JSON.stringify({ msg: 'listening', port: PORT, handler: HANDLER }) + '\n');
+  });
+}
+
+main();

@@ -1,0 +1,352 @@
+"""sless python3.11 runtime: an HTTP server (stdlib only) that wraps the user's handler.
+
+The contract (environment, event, results, errors, job mode) is in runtimes/README.md.
+"""
+import asyncio
+import base64
+import importlib
+import inspect
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+HANDLER = os.environ.get("HANDLER") or "handler.handle"
+FUNCTION_DIR = os.environ.get("FUNCTION_DIR") or "/app/function"
+HOST = os.environ.get("HOST") or ""  # all interfaces, as a pod needs; runners on a shared host narrow it
+PORT = int(os.environ.get("PORT") or "8080")
+TIMEOUT_SEC = float(os.environ.get("TIMEOUT_SEC") or "30")
+MAX_BODY_BYTES = int(os.environ.get("MAX_BODY_BYTES") or str(6 * 1024 * 1024))
+GRACE_SEC = float(os.environ.get("GRACE_SEC") or "10")
+TERMINATION_LOG = os.environ.get("TERMINATION_LOG") or "/dev/termination-log"
+TERMINATION_LIMIT = 4096
+
+
+def fail_start(msg):
+    print("sless: " + msg, file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def load_handler():
+    """Imports the handler at start so a broken function fails fast instead of serving 500s."""
+    module_name, _, func_name = HANDLER.rpartition(".")
+    if not module_name or not func_name:
+        fail_start(f"HANDLER={HANDLER!r} must look like module.function (e.g. handler.handle)")
+    sys.path.insert(0, FUNCTION_DIR)
+    file_hint = os.path.join(FUNCTION_DIR, *module_name.split(".")) + ".py"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and module_name.startswith(e.name):
+            fail_start(f"cannot load handler {HANDLER!r}: {file_hint} not found")
+        traceback.print_exc()
+        fail_start(f"cannot load handler {HANDLER!r}: {file_hint}: {type(e).__name__}: {e}")
+    except BaseException as e:  # a SyntaxError or anything raised at import time
+        traceback.print_exc()
+        fail_start(f"cannot load handler {HANDLER!r}: {file_hint}: {type(e).__name__}: {e}")
+    fn = getattr(module, func_name, None)
+    if not callable(fn):
+        fail_start(f"cannot load handler {HANDLER!r}: {file_hint} has no function {func_name!r}")
+    return fn
+
+
+handler = None
+_loop = None  # one event loop in its own thread runs every async handler
+
+
+def _start_loop():
+    global _loop
+    _loop = asyncio.new_event_loop()
+    t = threading.Thread(target=_loop.run_forever, name="async-handlers", daemon=True)
+    t.start()
+
+
+class Timeout(Exception):
+    pass
+
+
+def invoke(event, timeout):
+    """Calls the handler, sync or async, giving up after timeout seconds.
+
+    Python cannot stop a thread: on timeout a sync handler keeps running in its daemon thread until
+    it returns (its result is discarded); an async handler's task is cancelled.
+    """
+    if inspect.iscoroutinefunction(handler):
+        fut = asyncio.run_coroutine_threadsafe(handler(event), _loop)
+        try:
+            return fut.result(timeout)
+        except TimeoutError:
+            fut.cancel()
+            raise Timeout()
+    box = {}
+    done = threading.Event()
+
+    def call():
+        try:
+            r = handler(event)
+            if inspect.isawaitable(r):
+                r = asyncio.run_coroutine_threadsafe(_await(r), _loop).result()
+            box["result"] = r
+        except BaseException as e:  # reported to the caller below
+            box["error"] = e
+            box["tb"] = traceback.format_exc()
+        finally:
+            done.set()
+
+    threading.Thread(target=call, daemon=True).start()
+    if not done.wait(timeout):
+        raise Timeout()
+    if "error" in box:
+        raise HandlerError(box["error"], box["tb"])
+    return box.get("result")
+
+
+async def _await(a):
+    return await a
+
+
+class HandlerError(Exception):
+    def __init__(self, err, tb):
+        super().__init__(str(err))
+        self.err, self.tb = err, tb
+
+
+def to_event(method, target, headers, body):
+    u = urlsplit(target)
+    hdrs = {}
+    for k, v in headers.items():
+        k = k.lower()
+        hdrs[k] = hdrs[k] + ", " + v if k in hdrs else v
+    event = {
+        "method": method,
+        "path": u.path,
+        "query": parse_qs(u.query, keep_blank_values=True),
+        "headers": hdrs,
+        "body": None,
+        "is_base64_encoded": False,
+    }
+    if body:
+        ctype = hdrs.get("content-type", "").split(";")[0].strip().lower()
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            event["body"] = base64.b64encode(body).decode("ascii")
+            event["is_base64_encoded"] = True
+            return event
+        if ctype == "application/json" or ctype.endswith("+json"):
+            try:
+                event["body"] = json.loads(text)
+                return event
+            except ValueError:
+                pass
+        event["body"] = text
+    return event
+
+
+def to_response(result):
+    """Maps a handler result to (status, headers, body bytes)."""
+    if result is None:
+        return 204, {}, b""
+    if isinstance(result, dict) and "statusCode" in result:
+        status = int(result["statusCode"])
+        headers = {str(k): str(v) for k, v in (result.get("headers") or {}).items()}
+        body = result.get("body")
+        if body is None:
+            data = b""
+        elif isinstance(body, (bytes, bytearray)):
+            data = bytes(body)
+        elif isinstance(body, str):
+            data = base64.b64decode(body) if result.get("isBase64Encoded") else body.encode("utf-8")
+        else:
+            data = json.dumps(body).encode("utf-8")
+            headers.setdefault("Content-Type", "application/json")
+        return status, headers, data
+    if isinstance(result, str):
+        return 200, {"Content-Type": "text/plain; charset=utf-8"}, result.encode("utf-8")
+    if isinstance(result, (bytes, bytearray)):
+        return 200, {"Content-Type": "application/octet-stream"}, bytes(result)
+    return 200, {"Content-Type": "application/json"}, json.dumps(result).encode("utf-8")
+
+
+def error_body(code, message):
+    return json.dumps({"error": {"code": code, "message": message}}).encode("utf-8")
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+inflight = 0
+inflight_lock = threading.Lock()
+inflight_zero = threading.Condition(inflight_lock)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive for the platform's proxy
+    # Headers and body go out in two writes; without TCP_NODELAY the second waits ~40 ms for the
+    # client's delayed ACK on every keep-alive request.
+    disable_nagle_algorithm = True
+    server_version = "sless-python"
+
+    def log_message(self, *args):  # one JSON line per request instead (see _log)
+        pass
+
+    def _log(self, status, start):
+        line = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "method": self.command,
+                "path": urlsplit(self.path).path, "status": status,
+                "duration_ms": round((time.monotonic() - start) * 1000, 3)}
+        rid = self.headers.get("X-Request-Id")
+        if rid:
+            line["request_id"] = rid
+        sys.stdout.write(json.dumps(line) + "\n")
+        sys.stdout.flush()
+
+    def _send(self, status, headers, data):
+        self.send_response(status)
+        for k, v in headers.items():
+            if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _read_body(self):
+        te = self.headers.get("Transfer-Encoding", "").lower()
+        if "chunked" in te:
+            out = bytearray()
+            while True:
+                line = self.rfile.readline(1024)
+                size = int(line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return bytes(out)
+                if len(out) + size > MAX_BODY_BYTES:
+                    raise BodyTooLarge()
+                out += self.rfile.read(size)
+                self.rfile.readline(1024)
+        n = int(self.headers.get("Content-Length") or 0)
+        if n > MAX_BODY_BYTES:
+            raise BodyTooLarge()
+        return self.rfile.read(n) if n > 0 else b""
+
+    def _handle(self):
+        global inflight
+        start = time.monotonic()
+        if self.path == "/health" and self.command == "GET":
+            self._send(200, {"Content-Type": "application/json"}, b'{"status":"ok"}')
+            return
+        with inflight_lock:
+            inflight += 1
+        status = 500
+        try:
+            try:
+                body = self._read_body()
+            except BodyTooLarge:
+                status = 413
+                self.close_connection = True
+                self._send(413, {"Content-Type": "application/json"},
+                           error_body("payload_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes"))
+                return
+            event = to_event(self.command, self.path, self.headers, body)
+            try:
+                status, headers, data = to_response(invoke(event, TIMEOUT_SEC))
+            except Timeout:
+                status, headers, data = 504, {"Content-Type": "application/json"}, error_body(
+                    "timeout", f"the handler did not finish within {TIMEOUT_SEC:g} s (TIMEOUT_SEC)")
+            except HandlerError as e:
+                sys.stderr.write(e.tb)
+                sys.stderr.flush()
+                status, headers, data = 500, {"Content-Type": "application/json"}, error_body(
+                    "handler_error", f"{type(e.err).__name__}: {e.err}")
+            except Exception as e:  # the result could not be turned into a response
+                traceback.print_exc()
+                status, headers, data = 500, {"Content-Type": "application/json"}, error_body(
+                    "handler_error", f"invalid handler result: {type(e).__name__}: {e}")
+            self._send(status, headers, data)
+        finally:
+            self._log(status, start)
+            with inflight_lock:
+                inflight -= 1
+                if inflight == 0:
+                    inflight_zero.notify_all()
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
+
+
+def write_termination(text):
+    try:
+        with open(TERMINATION_LOG, "w") as f:
+            f.write(text.encode("utf-8")[:TERMINATION_LIMIT].decode("utf-8", "ignore"))
+    except OSError:
+        pass  # not on Kubernetes, or not writable: stdout carries the result anyway
+
+
+def job_mode():
+    """Calls the handler once with EVENT_JSON (the event itself) and exits: FunctionJob and cron."""
+    try:
+        event = json.loads(os.environ.get("EVENT_JSON") or "{}")
+    except ValueError as e:
+        print(f"sless: EVENT_JSON is not valid JSON: {e}", file=sys.stderr)
+        write_termination(json.dumps({"error": f"EVENT_JSON is not valid JSON: {e}"}))
+        sys.exit(1)
+    try:
+        result = invoke(event, TIMEOUT_SEC)
+    except Timeout:
+        msg = f"the handler did not finish within {TIMEOUT_SEC:g} s (TIMEOUT_SEC)"
+        print("sless: " + msg, file=sys.stderr, flush=True)
+        write_termination(json.dumps({"error": msg}))
+        os._exit(1)
+    except HandlerError as e:
+        sys.stderr.write(e.tb)
+        print(f"sless: handler failed: {type(e.err).__name__}: {e.err}", file=sys.stderr, flush=True)
+        write_termination(json.dumps({"error": f"{type(e.err).__name__}: {e.err}"}))
+        sys.exit(1)
+    try:
+        out = json.dumps(result)
+    except TypeError:
+        out = json.dumps(str(result))
+    print(out, flush=True)
+    write_termination(out)
+    sys.exit(0)
+
+
+def main():
+    global handler
+    handler = load_handler()
+    _start_loop()
+    if os.environ.get("JOB_MODE") in ("1", "true"):
+        job_mode()
+    server = ThreadingHTTPServer((HOST, PORT), Handler)
+    server.daemon_threads = True
+    stopping = threading.Event()
+
+    def on_term(signum, frame):
+        if stopping.is_set():
+            return
+        stopping.set()
+        # shutdown() waits for serve_forever, which runs in this (the main) thread: call it elsewhere.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    print(json.dumps({"msg": "listening", "port": PORT, "handler": HANDLER}), flush=True)
+    server.serve_forever(poll_interval=0.2)
+    server.socket.close()  # stop accepting at once; in-flight requests finish below
+    deadline = time.monotonic() + GRACE_SEC
+    with inflight_lock:
+        while inflight > 0 and time.monotonic() < deadline:
+            inflight_zero.wait(max(0.0, deadline - time.monotonic()))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

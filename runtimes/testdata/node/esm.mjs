@@ -1,0 +1,3 @@
+export async function handle(event) {
+  return { esm: true, path: event.path };
+}
