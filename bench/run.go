@@ -209,6 +209,7 @@ func runOn(ctx context.Context, c config, work, slessBin, storage, regRoot strin
 		check("peak RSS of sless build, 200 MB of code", float64(rss)/(1<<20), "≤", 64, " MiB")
 		fmt.Printf("\n200 MB of code (%d files) through the CLI took %d ms, peak RSS (VmHWM) %.1f MiB.\n",
 			200, rssTime.Milliseconds(), float64(rss)/(1<<20))
+		return benchRuntimes(ctx, c, work, r)
 	}
 	return nil
 }

@@ -265,7 +265,13 @@ func TestZipRejections(t *testing.T) {
 			if left, _ := os.ReadDir(tmp); len(left) != 0 {
 				t.Errorf("left %d temporary files behind", len(left))
 			}
+			if verr := layers.ValidateZip(bytes.NewReader(tc.zip), int64(len(tc.zip)), tc.opts...); !errors.Is(verr, tc.want) {
+				t.Errorf("ValidateZip: %v, want %v", verr, tc.want)
+			}
 		})
+	}
+	if err := layers.ValidateZip(bytes.NewReader(valid), int64(len(valid))); err != nil {
+		t.Errorf("ValidateZip of a valid archive: %v", err)
 	}
 }
 

@@ -153,23 +153,23 @@ func (b *Builder) report(stage, format string, args ...any) {
 
 var handlerPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_./-]*\.[A-Za-z_$][A-Za-z0-9_$]*$`)
 
+// ValidHandler reports whether h looks like module.function (python) or file.export (node).
+func ValidHandler(h string) bool { return len(h) <= 256 && handlerPattern.MatchString(h) }
+
 // Build makes the function image: the runtime image plus one code layer, with the config of
 // DESIGN.md §3. The runtime's layers are never downloaded.
 func (b *Builder) Build(ctx context.Context, src Source) (*Result, error) {
 	if (src.Zip == nil) == (src.Dir == nil) {
 		return nil, fmt.Errorf("%w: give exactly one of a zip archive or a directory", ErrInvalidSource)
 	}
-	if !handlerPattern.MatchString(src.Handler) || len(src.Handler) > 256 {
+	if !ValidHandler(src.Handler) {
 		return nil, fmt.Errorf("%w: handler %q must look like module.function (python) or file.export (node)", ErrInvalidSource, src.Handler)
 	}
 	bs, err := b.resolve(ctx, src.RuntimeImage)
 	if err != nil {
 		return nil, err
 	}
-	layerMT := types.OCILayer
-	if mt := bs.mediaType(); mt == types.DockerManifestSchema2 || mt == types.DockerManifestList {
-		layerMT = types.DockerLayer
-	}
+	layerMT := bs.layerMediaType()
 	lopts := append([]layers.Option{layers.WithModTime(b.o.modTime), layers.WithMediaType(layerMT)}, b.o.layerOpts...)
 
 	b.report("layer", "layering code")
@@ -205,6 +205,15 @@ func (b *Builder) Build(ctx context.Context, src Source) (*Result, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// layerMediaType is the media type a layer added to this base must have: Docker schema 2 images
+// take Docker layers, OCI images OCI layers.
+func (bs *base) layerMediaType() types.MediaType {
+	if mt := bs.mediaType(); mt == types.DockerManifestSchema2 || mt == types.DockerManifestList {
+		return types.DockerLayer
+	}
+	return types.OCILayer
 }
 
 func (bs *base) mediaType() types.MediaType {

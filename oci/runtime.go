@@ -8,7 +8,6 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/sless-dev/sless/layers"
 )
@@ -38,10 +37,7 @@ func (b *Builder) BuildRuntime(ctx context.Context, rs RuntimeSource) (*Result, 
 	if err != nil {
 		return nil, err
 	}
-	layerMT := types.OCILayer
-	if mt := bs.mediaType(); mt == types.DockerManifestSchema2 || mt == types.DockerManifestList {
-		layerMT = types.DockerLayer
-	}
+	layerMT := bs.layerMediaType()
 	l, err := layers.FromFS(rs.Files, append([]layers.Option{layers.WithPrefix(rs.Dir), layers.WithModTime(b.o.modTime),
 		layers.WithMediaType(layerMT)}, b.o.layerOpts...)...)
 	if err != nil {

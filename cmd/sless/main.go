@@ -1,5 +1,6 @@
-// Command sless is the sless command line: `sless build` builds a function image in-process.
-// Later subcommands (up, runtime build, deps push) join it here. Only this package reads flags and
+// Command sless is the sless command line: `sless build` builds a function image in-process,
+// `sless runtime build` a runtime image, `sless registry` serves the embedded registry.
+// Later subcommands (up, deps push) join it here. Only this package reads flags and
 // the environment; the libraries it calls are configured through options.
 package main
 

@@ -1,0 +1,72 @@
+package apiv1
+
+import (
+	"fmt"
+	"net/http"
+)
+
+// Error codes and the HTTP status each is sent with.
+const (
+	CodeUnauthenticated = "unauthenticated"   // 401
+	CodeNotFound        = "not_found"         // 404, also for another tenant's namespace
+	CodeAlreadyExists   = "already_exists"    // 409
+	CodeConflict        = "conflict"          // 409, e.g. a namespace that still has functions
+	CodeInvalidArgument = "invalid_argument"  // 400
+	CodeInvalidArchive  = "invalid_archive"   // 400
+	CodePayloadTooLarge = "payload_too_large" // 413
+	CodeNotReady        = "not_ready"         // 503
+	CodeUpstreamError   = "upstream_error"    // 502
+	CodeUpstreamTimeout = "upstream_timeout"  // 504
+	CodeInternal        = "internal"          // 500
+)
+
+// StatusOf maps an error code to its HTTP status.
+func StatusOf(code string) int {
+	switch code {
+	case CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodeAlreadyExists, CodeConflict:
+		return http.StatusConflict
+	case CodeInvalidArgument, CodeInvalidArchive:
+		return http.StatusBadRequest
+	case CodePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeNotReady:
+		return http.StatusServiceUnavailable
+	case CodeUpstreamError:
+		return http.StatusBadGateway
+	case CodeUpstreamTimeout:
+		return http.StatusGatewayTimeout
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// ErrorBody is the one error envelope: {"error":{"code":"…","message":"…"}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail says what went wrong and how to fix it.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error is an API error as a Go error, on both sides of the wire. Status is the HTTP status.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s (%d %s): %s", e.Code, e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// Errorf makes an *Error with the status of code.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Status: StatusOf(code), Code: code, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,127 @@
+// Package apiv1 is the wire format of the sless REST API (DESIGN.md §5): the JSON types the server,
+// the CLI, the Terraform provider and outside tests exchange, and the one error envelope. Fields are
+// added, never renamed. Standard library only.
+package apiv1
+
+import "time"
+
+// Function phases.
+const (
+	PhasePending  = "Pending"
+	PhaseBuilding = "Building"
+	PhaseReady    = "Ready"
+	PhaseFailed   = "Failed"
+)
+
+// Job phases.
+const (
+	JobPending   = "Pending"
+	JobSkipped   = "Skipped"
+	JobRunning   = "Running"
+	JobSucceeded = "Succeeded"
+	JobFailed    = "Failed"
+)
+
+// Trigger types.
+const (
+	TriggerHTTP = "http"
+	TriggerCron = "cron"
+)
+
+// Function is a user's function: its spec and what the platform made of it.
+type Function struct {
+	Name       string            `json:"name"`
+	Runtime    string            `json:"runtime"`
+	Entrypoint string            `json:"entrypoint,omitempty"`
+	MemoryMB   int               `json:"memory_mb,omitempty"`
+	TimeoutSec int               `json:"timeout_sec,omitempty"`
+	EnvVars    map[string]string `json:"env_vars,omitempty"`
+	Status     FunctionStatus    `json:"status"`
+}
+
+// FunctionStatus is set by the platform.
+type FunctionStatus struct {
+	Phase       string     `json:"phase,omitempty"`
+	Image       string     `json:"image,omitempty"` // "<repo>@sha256:…"
+	CodeSHA256  string     `json:"code_sha256,omitempty"`
+	Message     string     `json:"message,omitempty"`
+	URL         string     `json:"url,omitempty"`
+	LastBuiltAt *time.Time `json:"last_built_at,omitempty"`
+	Build       *BuildInfo `json:"build,omitempty"`
+}
+
+// BuildInfo describes the last build.
+type BuildInfo struct {
+	DurationMS  int64  `json:"duration_ms"`
+	DepsKey     string `json:"deps_key,omitempty"`
+	DepsCached  bool   `json:"deps_cached"`
+	DepsWarning string `json:"deps_warning,omitempty"`
+}
+
+// Trigger makes a function reachable over HTTP (type "http") or runs it on a schedule ("cron").
+// Only Enabled changes in place; the other fields are fixed once created.
+type Trigger struct {
+	Name        string        `json:"name"`
+	Type        string        `json:"type"`
+	FunctionRef string        `json:"function_ref"`
+	Schedule    string        `json:"schedule,omitempty"`
+	Enabled     *bool         `json:"enabled,omitempty"` // omitted on create means true
+	Status      TriggerStatus `json:"status"`
+}
+
+// IsEnabled reads Enabled with its default (true).
+func (t Trigger) IsEnabled() bool { return t.Enabled == nil || *t.Enabled }
+
+// TriggerStatus is set by the platform.
+type TriggerStatus struct {
+	Active           bool       `json:"active"`
+	URL              string     `json:"url,omitempty"`
+	LastScheduleTime *time.Time `json:"last_schedule_time,omitempty"`
+}
+
+// TriggerPatch is the body of PATCH …/triggers/{name}.
+type TriggerPatch struct {
+	Enabled *bool `json:"enabled"`
+}
+
+// Job runs a function once with an event. A run_id above status.last_run_id runs it again.
+type Job struct {
+	Name        string    `json:"name"`
+	FunctionRef string    `json:"function_ref"`
+	EventJSON   string    `json:"event_json,omitempty"` // JSON text, as a string
+	RunID       int64     `json:"run_id"`
+	Status      JobStatus `json:"status"`
+}
+
+// JobStatus is set by the platform.
+type JobStatus struct {
+	Phase          string     `json:"phase,omitempty"`
+	Message        string     `json:"message,omitempty"`
+	LastRunID      int64      `json:"last_run_id"`
+	StartTime      *time.Time `json:"start_time,omitempty"`
+	CompletionTime *time.Time `json:"completion_time,omitempty"`
+}
+
+// UploadResponse answers POST …/functions/{name}/upload (202).
+type UploadResponse struct {
+	CodeSHA256 string `json:"code_sha256"`
+	Phase      string `json:"phase"`
+}
+
+// Invocation is one call through /fn/, newest first in lists.
+type Invocation struct {
+	Time       time.Time `json:"time"`
+	Status     int       `json:"status"`
+	DurationMS float64   `json:"duration_ms"`
+	RequestID  string    `json:"request_id,omitempty"`
+}
+
+// Namespace answers POST /v1/namespaces/{ns}/ensure.
+type Namespace struct {
+	Name string `json:"name"`
+}
+
+// List is every list response: {"items":[…]}.
+type List[T any] struct {
+	Items []T `json:"items"`
+}

@@ -1,0 +1,327 @@
+// Package client is the typed Go client of the sless REST API, used by the CLI and the Terraform
+// provider. Failures come back as *apiv1.Error (errors.As), parsed from the API's error envelope.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/sless-dev/sless/api/apiv1"
+)
+
+// Client talks to one sless API as one user, in that user's namespace.
+type Client struct {
+	base      *url.URL
+	token     string
+	namespace string
+	hc        *http.Client
+	userAgent string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sets the HTTP client. The default has a 10-minute timeout (uploads can be large).
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithNamespace sets the namespace instead of deriving it from the token's subject.
+// The default is apiv1.NamespaceFor(sub).
+func WithNamespace(ns string) Option { return func(c *Client) { c.namespace = ns } }
+
+// WithUserAgent sets the User-Agent header. The default is "sless-client".
+func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
+
+// New makes a client for endpoint (e.g. "http://127.0.0.1:8080") authenticating with token.
+func New(endpoint, token string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(strings.TrimRight(endpoint, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("endpoint %q must be an http:// or https:// URL", endpoint)
+	}
+	c := &Client{base: u, token: token, hc: &http.Client{Timeout: 10 * time.Minute}, userAgent: "sless-client"}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.namespace == "" {
+		sub, err := SubjectOf(token)
+		if err != nil {
+			return nil, err
+		}
+		c.namespace = apiv1.NamespaceFor(sub)
+	}
+	return c, nil
+}
+
+// Namespace is the namespace the client works in.
+func (c *Client) Namespace() string { return c.namespace }
+
+// Endpoint is the API's base URL.
+func (c *Client) Endpoint() string { return c.base.String() }
+
+// FunctionURL is the public /fn/ URL of a function.
+func (c *Client) FunctionURL(name string) string {
+	return c.base.String() + "/fn/" + c.namespace + "/" + name
+}
+
+// SubjectOf reads the "sub" claim of a JWT without verifying it (the server verifies); it is only
+// used to find the caller's namespace.
+func SubjectOf(token string) (string, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return "", errors.New("token is not a JWT (want header.payload.signature)")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return "", fmt.Errorf("token payload is not base64url: %w", err)
+	}
+	var claims struct {
+		Sub string `json:"sub"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil || claims.Sub == "" {
+		return "", errors.New("token has no \"sub\" claim")
+	}
+	return claims.Sub, nil
+}
+
+// IsNotFound reports whether err is the API's not_found.
+func IsNotFound(err error) bool { return hasCode(err, apiv1.CodeNotFound) }
+
+// IsAlreadyExists reports whether err is the API's already_exists.
+func IsAlreadyExists(err error) bool { return hasCode(err, apiv1.CodeAlreadyExists) }
+
+func hasCode(err error, code string) bool {
+	var e *apiv1.Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+func (c *Client) nsPath(format string, args ...any) string {
+	escaped := make([]any, len(args))
+	for i, a := range args {
+		escaped[i] = url.PathEscape(fmt.Sprint(a))
+	}
+	return "/v1/namespaces/" + url.PathEscape(c.namespace) + fmt.Sprintf(format, escaped...)
+}
+
+// do sends a request and decodes a JSON answer into out (unless nil). A non-2xx answer is returned
+// as *apiv1.Error.
+func (c *Client) do(ctx context.Context, method, path, ctype string, body io.Reader, size int64, out any) error {
+	u := *c.base
+	u.Path = c.base.Path + path
+	u.RawPath = ""
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return err
+	}
+	if size >= 0 && body != nil {
+		req.ContentLength = size
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return parseError(resp)
+	}
+	if out == nil {
+		io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// parseError turns an error response into *apiv1.Error, keeping some body if it is not an envelope.
+func parseError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var env apiv1.ErrorBody
+	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
+		return &apiv1.Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message}
+	}
+	msg := strings.TrimSpace(string(b))
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	return &apiv1.Error{Status: resp.StatusCode, Code: "http_" + fmt.Sprint(resp.StatusCode), Message: msg}
+}
+
+func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) error {
+	if in == nil {
+		return c.do(ctx, method, path, "", nil, -1, out)
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, method, path, "application/json", bytes.NewReader(b), int64(len(b)), out)
+}
+
+// EnsureNamespace creates the caller's namespace if needed.
+func (c *Client) EnsureNamespace(ctx context.Context) error {
+	return c.doJSON(ctx, http.MethodPost, c.nsPath("/ensure"), nil, nil)
+}
+
+// DeleteNamespace removes the caller's namespace; it fails with conflict while functions remain.
+func (c *Client) DeleteNamespace(ctx context.Context) error {
+	return c.doJSON(ctx, http.MethodDelete, c.nsPath(""), nil, nil)
+}
+
+// ListFunctions lists the namespace's functions.
+func (c *Client) ListFunctions(ctx context.Context) ([]apiv1.Function, error) {
+	var l apiv1.List[apiv1.Function]
+	err := c.doJSON(ctx, http.MethodGet, c.nsPath("/functions"), nil, &l)
+	return l.Items, err
+}
+
+// GetFunction reads one function.
+func (c *Client) GetFunction(ctx context.Context, name string) (*apiv1.Function, error) {
+	var f apiv1.Function
+	if err := c.doJSON(ctx, http.MethodGet, c.nsPath("/functions/%s", name), nil, &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// CreateFunction creates a function (without code; Upload sends the code).
+func (c *Client) CreateFunction(ctx context.Context, f apiv1.Function) (*apiv1.Function, error) {
+	var out apiv1.Function
+	if err := c.doJSON(ctx, http.MethodPost, c.nsPath("/functions"), f, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// UpdateFunction replaces a function's spec.
+func (c *Client) UpdateFunction(ctx context.Context, f apiv1.Function) (*apiv1.Function, error) {
+	var out apiv1.Function
+	if err := c.doJSON(ctx, http.MethodPut, c.nsPath("/functions/%s", f.Name), f, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteFunction deletes a function, its code and its image.
+func (c *Client) DeleteFunction(ctx context.Context, name string) error {
+	return c.doJSON(ctx, http.MethodDelete, c.nsPath("/functions/%s", name), nil, nil)
+}
+
+// Upload sends a zip of the function's code (size bytes; -1 if unknown).
+func (c *Client) Upload(ctx context.Context, name string, zip io.Reader, size int64) (*apiv1.UploadResponse, error) {
+	var out apiv1.UploadResponse
+	if err := c.do(ctx, http.MethodPost, c.nsPath("/functions/%s/upload", name), "application/zip", zip, size, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Invocations lists a function's recent invocations, newest first.
+func (c *Client) Invocations(ctx context.Context, name string) ([]apiv1.Invocation, error) {
+	var l apiv1.List[apiv1.Invocation]
+	err := c.doJSON(ctx, http.MethodGet, c.nsPath("/functions/%s/invocations", name), nil, &l)
+	return l.Items, err
+}
+
+// WaitFunction polls until the function leaves Pending/Building (or until ctx ends) and returns it.
+func (c *Client) WaitFunction(ctx context.Context, name string, interval time.Duration) (*apiv1.Function, error) {
+	for {
+		f, err := c.GetFunction(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if f.Status.Phase == apiv1.PhaseReady || f.Status.Phase == apiv1.PhaseFailed {
+			return f, nil
+		}
+		select {
+		case <-ctx.Done():
+			return f, fmt.Errorf("function %s still %s: %w", name, f.Status.Phase, ctx.Err())
+		case <-time.After(interval):
+		}
+	}
+}
+
+// ListTriggers lists the namespace's triggers.
+func (c *Client) ListTriggers(ctx context.Context) ([]apiv1.Trigger, error) {
+	var l apiv1.List[apiv1.Trigger]
+	err := c.doJSON(ctx, http.MethodGet, c.nsPath("/triggers"), nil, &l)
+	return l.Items, err
+}
+
+// GetTrigger reads one trigger.
+func (c *Client) GetTrigger(ctx context.Context, name string) (*apiv1.Trigger, error) {
+	var t apiv1.Trigger
+	if err := c.doJSON(ctx, http.MethodGet, c.nsPath("/triggers/%s", name), nil, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// CreateTrigger creates a trigger.
+func (c *Client) CreateTrigger(ctx context.Context, t apiv1.Trigger) (*apiv1.Trigger, error) {
+	var out apiv1.Trigger
+	if err := c.doJSON(ctx, http.MethodPost, c.nsPath("/triggers"), t, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SetTriggerEnabled enables or disables a trigger in place.
+func (c *Client) SetTriggerEnabled(ctx context.Context, name string, enabled bool) (*apiv1.Trigger, error) {
+	var out apiv1.Trigger
+	if err := c.doJSON(ctx, http.MethodPatch, c.nsPath("/triggers/%s", name), apiv1.TriggerPatch{Enabled: &enabled}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteTrigger deletes a trigger.
+func (c *Client) DeleteTrigger(ctx context.Context, name string) error {
+	return c.doJSON(ctx, http.MethodDelete, c.nsPath("/triggers/%s", name), nil, nil)
+}
+
+// CreateJob creates a job; a run_id above 0 runs it.
+func (c *Client) CreateJob(ctx context.Context, j apiv1.Job) (*apiv1.Job, error) {
+	var out apiv1.Job
+	if err := c.doJSON(ctx, http.MethodPost, c.nsPath("/jobs"), j, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// PutJob updates a job; a higher run_id runs it again.
+func (c *Client) PutJob(ctx context.Context, j apiv1.Job) (*apiv1.Job, error) {
+	var out apiv1.Job
+	if err := c.doJSON(ctx, http.MethodPut, c.nsPath("/jobs/%s", j.Name), j, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// GetJob reads one job.
+func (c *Client) GetJob(ctx context.Context, name string) (*apiv1.Job, error) {
+	var j apiv1.Job
+	if err := c.doJSON(ctx, http.MethodGet, c.nsPath("/jobs/%s", name), nil, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// DeleteJob deletes a job.
+func (c *Client) DeleteJob(ctx context.Context, name string) error {
+	return c.doJSON(ctx, http.MethodDelete, c.nsPath("/jobs/%s", name), nil, nil)
+}

@@ -1,0 +1,59 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/layers"
+)
+
+// writeJSON writes v with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// toAPIError maps any error to the envelope's code and status. Errors users did not cause become
+// "internal" with a generic message (the details go to the log).
+func toAPIError(err error) *apiv1.Error {
+	var ae *apiv1.Error
+	var nr *NotReadyError
+	var mb *http.MaxBytesError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &nr):
+		return apiv1.Errorf(apiv1.CodeNotReady, "%s", nr.Reason)
+	case errors.As(err, &mb):
+		return apiv1.Errorf(apiv1.CodePayloadTooLarge, "the body exceeds the limit of %d bytes", mb.Limit)
+	case errors.Is(err, ErrNotFound):
+		return apiv1.Errorf(apiv1.CodeNotFound, "%v", err)
+	case errors.Is(err, ErrAlreadyExists):
+		return apiv1.Errorf(apiv1.CodeAlreadyExists, "%v", err)
+	case errors.Is(err, ErrConflict):
+		return apiv1.Errorf(apiv1.CodeConflict, "%v", err)
+	case errors.Is(err, layers.ErrTooLarge):
+		return apiv1.Errorf(apiv1.CodePayloadTooLarge, "%v", err)
+	case errors.Is(err, layers.ErrInvalidArchive), errors.Is(err, layers.ErrUnsafePath),
+		errors.Is(err, layers.ErrUnsupportedType), errors.Is(err, layers.ErrDuplicate),
+		errors.Is(err, layers.ErrTooManyEntries), errors.Is(err, layers.ErrCompressionRatio):
+		return apiv1.Errorf(apiv1.CodeInvalidArchive, "%v", err)
+	}
+	return &apiv1.Error{Status: http.StatusInternalServerError, Code: apiv1.CodeInternal, Message: "internal error; see the server log"}
+}
+
+// writeError is the one place errors are written: the envelope {"error":{"code","message"}}.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	ae := toAPIError(err)
+	if ae.Code == apiv1.CodeInternal {
+		slog.Default().ErrorContext(r.Context(), "request failed", "error", err, "request_id", RequestIDFrom(r.Context()))
+		if rec, ok := w.(*recorder); ok {
+			rec.err = err
+		}
+	}
+	writeJSON(w, ae.Status, apiv1.ErrorBody{Error: apiv1.ErrorDetail{Code: ae.Code, Message: ae.Message}})
+}

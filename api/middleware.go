@@ -1,0 +1,154 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/api/auth"
+)
+
+type ctxKey int
+
+const (
+	requestIDKey ctxKey = iota
+	callerKey
+)
+
+// WithRequestID returns ctx carrying a request ID.
+func WithRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestIDKey, id)
+}
+
+// RequestIDFrom is the request's ID ("" outside a request).
+func RequestIDFrom(ctx context.Context) string { id, _ := ctx.Value(requestIDKey).(string); return id }
+
+// CallerFrom is the verified caller of a /v1 request.
+func CallerFrom(ctx context.Context) (auth.Caller, bool) {
+	c, ok := ctx.Value(callerKey).(auth.Caller)
+	return c, ok
+}
+
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// requestID keeps a well-formed X-Request-Id from the client or makes one, and echoes it.
+func (s *Server) requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if !requestIDPattern.MatchString(id) {
+			var b [8]byte
+			rand.Read(b[:])
+			id = hex.EncodeToString(b[:])
+		}
+		w.Header().Set("X-Request-Id", id)
+		next.ServeHTTP(w, r.WithContext(WithRequestID(r.Context(), id)))
+	})
+}
+
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				writeError(w, r, fmt.Errorf("panic: %v", v))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recorder remembers the status and size of a response; Unwrap lets http.ResponseController (and
+// so the proxy's flushes) reach the real writer.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+	err    error
+}
+
+func (rec *recorder) WriteHeader(code int) {
+	if rec.status == 0 {
+		rec.status = code
+	}
+	rec.ResponseWriter.WriteHeader(code)
+}
+
+func (rec *recorder) Write(b []byte) (int, error) {
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	n, err := rec.ResponseWriter.Write(b)
+	rec.bytes += int64(n)
+	return n, err
+}
+
+func (rec *recorder) Flush() { http.NewResponseController(rec.ResponseWriter).Flush() }
+
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
+
+// observe logs one JSON line per request and feeds the request metrics, by route template.
+func (s *Server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		route := "unmatched"
+		if cr := mux.CurrentRoute(r); cr != nil {
+			if t, err := cr.GetPathTemplate(); err == nil {
+				route = t
+			}
+		}
+		d := time.Since(start)
+		s.metrics.requests.WithLabelValues(route, r.Method, fmt.Sprint(rec.status)).Inc()
+		s.metrics.latency.WithLabelValues(route).Observe(d.Seconds())
+		attrs := []slog.Attr{
+			slog.String("method", r.Method), slog.String("route", route), slog.String("path", r.URL.EscapedPath()),
+			slog.Int("status", rec.status), slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+			slog.Int64("bytes", rec.bytes), slog.String("request_id", RequestIDFrom(r.Context())),
+		}
+		if rec.err != nil {
+			attrs = append(attrs, slog.String("error", rec.err.Error()))
+		}
+		s.o.logger.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+	})
+}
+
+// authenticate verifies the bearer token and that {ns} is the caller's own namespace. Another
+// tenant's namespace answers 404, exactly like one that does not exist.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Get("Authorization")
+		token, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok || token == "" {
+			drain(r)
+			writeError(w, r, apiv1.Errorf(apiv1.CodeUnauthenticated, "send a bearer token: Authorization: Bearer <JWT>"))
+			return
+		}
+		caller, err := s.o.verifier.Verify(token)
+		if err != nil {
+			drain(r)
+			writeError(w, r, apiv1.Errorf(apiv1.CodeUnauthenticated, "%v", err))
+			return
+		}
+		if ns := mux.Vars(r)["ns"]; ns != caller.Namespace {
+			drain(r)
+			writeError(w, r, apiv1.Errorf(apiv1.CodeNotFound, "namespace %q not found", ns))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey, caller)))
+	})
+}

@@ -1,0 +1,139 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/sless-dev/sless/api/apiv1"
+)
+
+type proxyTarget struct {
+	url    *url.URL
+	path   string // escaped path for the function, "/" at least
+	prefix string // "/fn/{ns}/{name}"
+}
+
+type proxyTargetKey struct{}
+
+// newProxy is the one ReverseProxy every invocation goes through: Rewrite (not Director), so the
+// inbound Forwarded/X-Forwarded-* headers are dropped before SetXForwarded sets ours; streaming
+// (FlushInterval -1); errors in the API's envelope.
+func (s *Server) newProxy() *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			t := pr.In.Context().Value(proxyTargetKey{}).(*proxyTarget)
+			pr.SetURL(t.url)
+			pr.Out.URL.RawPath = t.path
+			if p, err := url.PathUnescape(t.path); err == nil {
+				pr.Out.URL.Path = p
+			}
+			pr.SetXForwarded()
+			pr.Out.Header.Set("X-Forwarded-Prefix", t.prefix)
+			pr.Out.Header.Set("X-Request-Id", RequestIDFrom(pr.In.Context()))
+			// The caller's credentials for the platform are not the function's business.
+			pr.Out.Header.Del("Authorization")
+			pr.Out.Header.Del("Cookie")
+		},
+		Transport:     s.o.transport,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			var mb *http.MaxBytesError
+			switch {
+			case errors.As(err, &mb):
+				writeError(w, r, apiv1.Errorf(apiv1.CodePayloadTooLarge, "the request body exceeds the limit of %d bytes", mb.Limit))
+			case errors.Is(err, context.DeadlineExceeded):
+				writeError(w, r, apiv1.Errorf(apiv1.CodeUpstreamTimeout, "the function did not answer within its timeout"))
+			case errors.Is(err, context.Canceled):
+				// The caller went away; nobody reads this.
+				w.WriteHeader(499)
+			default:
+				writeError(w, r, apiv1.Errorf(apiv1.CodeUpstreamError, "the function's connection failed: %v", err))
+			}
+		},
+	}
+}
+
+// invoke serves /fn/{ns}/{name}[/…]: the public entry to a Ready function (DESIGN.md §5).
+func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
+	ns, name := pathVar(r, "ns"), pathVar(r, "name")
+	start := time.Now()
+	rec, _ := w.(*recorder)
+	defer func() {
+		status := http.StatusOK
+		if rec != nil && rec.status != 0 {
+			status = rec.status
+		}
+		s.b.Invocations.Record(context.WithoutCancel(r.Context()), ns, name, apiv1.Invocation{
+			Time: start.UTC(), Status: status, RequestID: RequestIDFrom(r.Context()),
+			DurationMS: float64(time.Since(start).Microseconds()) / 1000,
+		})
+	}()
+	prefix := "/fn/" + mustEscape(ns) + "/" + mustEscape(name)
+	rest := strings.TrimPrefix(r.URL.EscapedPath(), prefix)
+	if rest != "" && !strings.HasPrefix(rest, "/") { // "/fn/ns/namexyz" is not this function
+		writeError(w, r, apiv1.Errorf(apiv1.CodeNotFound, "function %q not found", name))
+		return
+	}
+	if rest == "" {
+		rest = "/"
+	}
+	fn, err := s.b.Functions.Get(r.Context(), ns, name)
+	if err != nil {
+		writeError(w, r, notFound("function", name, err))
+		return
+	}
+	if fn.Status.Phase != apiv1.PhaseReady {
+		msg := fmt.Sprintf("function %q is %s", name, strings.ToLower(orDefault(fn.Status.Phase, apiv1.PhasePending)))
+		if fn.Status.Message != "" {
+			msg += ": " + fn.Status.Message
+		}
+		writeError(w, r, apiv1.Errorf(apiv1.CodeNotReady, "%s", msg))
+		return
+	}
+	triggers, err := s.b.Triggers.List(r.Context(), ns)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if off, names := DisabledBy(triggers, name); off {
+		writeError(w, r, apiv1.Errorf(apiv1.CodeNotReady, "function %q is disabled by trigger %s; enable one to serve requests",
+			name, strings.Join(names, ", ")))
+		return
+	}
+	target, err := s.b.Resolver.Resolve(r.Context(), ns, name)
+	if err != nil {
+		writeError(w, r, notFound("function", name, err))
+		return
+	}
+	timeout := time.Duration(orInt(fn.TimeoutSec, DefaultTimeoutSec))*time.Second + time.Second
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(timeout + 10*time.Second))
+	rc.SetWriteDeadline(time.Now().Add(timeout + 10*time.Second))
+	r.Body = http.MaxBytesReader(w, r.Body, s.o.proxyBodyLimit)
+	ctx = context.WithValue(ctx, proxyTargetKey{}, &proxyTarget{url: target, path: rest, prefix: prefix})
+	s.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+func mustEscape(s string) string { return url.PathEscape(s) }
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func orInt(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
+}

@@ -1,0 +1,232 @@
+package api_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/apiv1"
+)
+
+// seen is what the upstream function received.
+type seen struct {
+	Path, RawQuery string
+	Header         http.Header
+	Body           string
+}
+
+func echoUpstream(t *testing.T) (*httptest.Server, chan seen) {
+	ch := make(chan seen, 16)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		ch <- seen{r.URL.Path, r.URL.RawQuery, r.Header.Clone(), string(b)}
+		w.Header().Set("X-From", "function")
+		io.WriteString(w, "hello")
+	}))
+	t.Cleanup(s.Close)
+	return s, ch
+}
+
+func TestProxyHeadersAndPaths(t *testing.T) {
+	e := newEnv(t)
+	e.ensure()
+	e.function("echo")
+	up, ch := echoUpstream(t)
+	e.ready("echo", up.URL)
+
+	req, _ := http.NewRequest("POST", e.url+"/fn/"+e.ns+"/echo/orders/7?x=1&y=%2F", strings.NewReader("payload"))
+	req.Header.Set("X-Forwarded-For", "6.6.6.6")
+	req.Header.Set("Forwarded", "for=6.6.6.6")
+	req.Header.Set("Authorization", "Bearer secret-platform-token")
+	req.Header.Set("Cookie", "session=abc")
+	req.Header.Set("X-Request-Id", "req-123")
+	req.Header.Set("X-Custom", "kept")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "hello" || resp.Header.Get("X-From") != "function" || resp.Header.Get("X-Request-Id") != "req-123" {
+		t.Fatalf("%d %q %v", resp.StatusCode, b, resp.Header)
+	}
+	got := <-ch
+	if got.Path != "/orders/7" || got.RawQuery != "x=1&y=%2F" || got.Body != "payload" {
+		t.Errorf("upstream saw %s ? %s body %q", got.Path, got.RawQuery, got.Body)
+	}
+	if xff := got.Header.Values("X-Forwarded-For"); len(xff) != 1 || xff[0] != "127.0.0.1" {
+		t.Errorf("X-Forwarded-For %v: the spoofed value must be replaced", xff)
+	}
+	if got.Header.Get("Forwarded") != "" {
+		t.Errorf("Forwarded passed through: %q", got.Header.Get("Forwarded"))
+	}
+	if got.Header.Get("Authorization") != "" || got.Header.Get("Cookie") != "" {
+		t.Errorf("credentials forwarded: %q %q", got.Header.Get("Authorization"), got.Header.Get("Cookie"))
+	}
+	if got.Header.Get("X-Custom") != "kept" || got.Header.Get("X-Request-Id") != "req-123" ||
+		got.Header.Get("X-Forwarded-Prefix") != "/fn/"+e.ns+"/echo" {
+		t.Errorf("headers %v", got.Header)
+	}
+
+	// A longer name is another function, not a sub-path.
+	if code, ecode, _ := e.raw("GET", "/fn/"+e.ns+"/echoes", "", "", nil); code != 404 || ecode != apiv1.CodeNotFound {
+		t.Errorf("/fn/…/echoes: %d %s", code, ecode)
+	}
+}
+
+func TestProxyErrors(t *testing.T) {
+	e := newEnv(t, api.WithProxyBodyLimit(1024))
+	e.ensure()
+	ctx := context.Background()
+
+	if code, ecode, _ := e.raw("GET", "/fn/"+e.ns+"/ghost", "", "", nil); code != 404 || ecode != apiv1.CodeNotFound {
+		t.Errorf("unknown: %d %s", code, ecode)
+	}
+	if code, ecode, _ := e.raw("GET", "/fn/sless-0000000000000000/ghost/x", "", "", nil); code != 404 || ecode != apiv1.CodeNotFound {
+		t.Errorf("unknown namespace: %d %s", code, ecode)
+	}
+
+	e.function("pending")
+	if code, ecode, b := e.raw("GET", "/fn/"+e.ns+"/pending", "", "", nil); code != 503 || ecode != apiv1.CodeNotReady || !strings.Contains(string(b), "pending") {
+		t.Errorf("not ready: %d %s %s", code, ecode, b)
+	}
+
+	// Ready in the store, but the backend has no instance.
+	e.function("starting")
+	e.stores.Functions.Update(ctx, e.ns, "starting", func(f *apiv1.Function) error { f.Status.Phase = apiv1.PhaseReady; return nil })
+	if code, ecode, _ := e.raw("GET", "/fn/"+e.ns+"/starting", "", "", nil); code != 503 || ecode != apiv1.CodeNotReady {
+		t.Errorf("no instance: %d %s", code, ecode)
+	}
+
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	defer hang.Close()
+	f, _ := e.c.CreateFunction(ctx, apiv1.Function{Name: "hang", Runtime: "python3.11", TimeoutSec: 1})
+	_ = f
+	e.ready("hang", hang.URL)
+	start := time.Now()
+	if code, ecode, _ := e.raw("GET", "/fn/"+e.ns+"/hang", "", "", nil); code != 504 || ecode != apiv1.CodeUpstreamTimeout {
+		t.Errorf("hang: %d %s", code, ecode)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("504 after %v for timeout_sec=1", d)
+	}
+
+	reset := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	defer reset.Close()
+	e.function("reset")
+	e.ready("reset", reset.URL)
+	if code, ecode, _ := e.raw("GET", "/fn/"+e.ns+"/reset", "", "", nil); code != 502 || ecode != apiv1.CodeUpstreamError {
+		t.Errorf("reset: %d %s", code, ecode)
+	}
+	e.function("down")
+	e.ready("down", "http://127.0.0.1:1")
+	if code, ecode, _ := e.raw("GET", "/fn/"+e.ns+"/down", "", "", nil); code != 502 || ecode != apiv1.CodeUpstreamError {
+		t.Errorf("connection refused: %d %s", code, ecode)
+	}
+
+	up, _ := echoUpstream(t)
+	e.function("small")
+	e.ready("small", up.URL)
+	if code, ecode, _ := e.raw("POST", "/fn/"+e.ns+"/small", "", "text/plain", bytes.Repeat([]byte("x"), 2048)); code != 413 || ecode != apiv1.CodePayloadTooLarge {
+		t.Errorf("oversize body: %d %s", code, ecode)
+	}
+
+	inv, _ := e.c.Invocations(ctx, "hang")
+	if len(inv) != 1 || inv[0].Status != 504 || inv[0].DurationMS < 900 {
+		t.Errorf("hang invocations %+v", inv)
+	}
+	if inv, _ := e.c.Invocations(ctx, "reset"); len(inv) != 1 || inv[0].Status != 502 {
+		t.Errorf("reset invocations %+v", inv)
+	}
+}
+
+// DESIGN.md §5: reachable whether or not it has a trigger; 503 when it has http triggers and none
+// is enabled; enabling one brings it back.
+func TestProxyTriggerRule(t *testing.T) {
+	e := newEnv(t)
+	e.ensure()
+	ctx := context.Background()
+	e.function("web")
+	up, _ := echoUpstream(t)
+	e.ready("web", up.URL)
+	get := func() (int, string, string) {
+		code, ecode, b := e.raw("GET", "/fn/"+e.ns+"/web", "", "", nil)
+		return code, ecode, string(b)
+	}
+	if code, _, _ := get(); code != 200 {
+		t.Fatalf("without triggers: %d", code)
+	}
+	no := false
+	e.c.CreateTrigger(ctx, apiv1.Trigger{Name: "cron-only", Type: "cron", FunctionRef: "web", Schedule: "*/5 * * * *", Enabled: &no})
+	if code, _, _ := get(); code != 200 {
+		t.Errorf("a disabled cron trigger must not stop http: %d", code)
+	}
+	e.c.CreateTrigger(ctx, apiv1.Trigger{Name: "public", Type: "http", FunctionRef: "web", Enabled: &no})
+	if code, ecode, b := get(); code != 503 || ecode != apiv1.CodeNotReady || !strings.Contains(b, "disabled by trigger public") {
+		t.Errorf("disabled: %d %s %s", code, ecode, b)
+	}
+	e.c.SetTriggerEnabled(ctx, "public", true)
+	if code, _, _ := get(); code != 200 {
+		t.Errorf("enabled again: %d", code)
+	}
+}
+
+func TestProxyStreams(t *testing.T) {
+	e := newEnv(t)
+	e.ensure()
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		io.WriteString(w, "data: two\n\n")
+	}))
+	defer up.Close()
+	e.function("stream")
+	e.ready("stream", up.URL)
+	resp, err := http.Get(e.url + "/fn/" + e.ns + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	first, err := br.ReadString('\n')
+	if err != nil || first != "data: one\n" {
+		t.Fatalf("first piece %q %v: it must arrive before the function finishes", first, err)
+	}
+	close(release)
+	rest, _ := io.ReadAll(br)
+	if string(rest) != "\ndata: two\n\n" {
+		t.Errorf("rest %q", rest)
+	}
+}
+
+func TestErrorEnvelopeEverywhere(t *testing.T) {
+	e := newEnv(t)
+	for _, p := range []struct{ method, path string }{{"GET", "/nope"}, {"PUT", "/healthz"}, {"GET", "/v1/namespaces/x/functions"}} {
+		code, _, b := e.raw(p.method, p.path, "", "", nil)
+		var env apiv1.ErrorBody
+		if err := json.Unmarshal(b, &env); err != nil || env.Error.Code == "" || env.Error.Message == "" || code < 400 {
+			t.Errorf("%s %s: %d %s", p.method, p.path, code, b)
+		}
+	}
+}

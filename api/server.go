@@ -1,0 +1,212 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/api/auth"
+)
+
+// Defaults of the options below.
+const (
+	DefaultUploadLimit    = 50 << 20
+	DefaultProxyBodyLimit = 6 << 20
+	DefaultTokenTTL       = 365 * 24 * time.Hour
+)
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	verifier       *auth.Verifier
+	uploadLimit    int64
+	proxyBodyLimit int64
+	logger         *slog.Logger
+	publicURL      string
+	tempDir        string
+	ready          func(context.Context) error
+	registry       *prometheus.Registry
+	transport      http.RoundTripper
+}
+
+// WithVerifier sets how bearer tokens are verified. Required.
+func WithVerifier(v *auth.Verifier) Option { return func(o *options) { o.verifier = v } }
+
+// WithUploadLimit bounds an uploaded archive. The default is 50 MiB.
+func WithUploadLimit(n int64) Option { return func(o *options) { o.uploadLimit = n } }
+
+// WithProxyBodyLimit bounds a request body sent through /fn/. The default is 6 MiB.
+func WithProxyBodyLimit(n int64) Option { return func(o *options) { o.proxyBodyLimit = n } }
+
+// WithLogger sets the request log. The default is JSON on stderr.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithPublicURL is the base of the URLs reported to users (status.url). The default is
+// "http://127.0.0.1:8080".
+func WithPublicURL(u string) Option {
+	return func(o *options) { o.publicURL = strings.TrimRight(u, "/") }
+}
+
+// WithTempDir is where uploads are spooled while checked. The default is os.TempDir().
+func WithTempDir(d string) Option { return func(o *options) { o.tempDir = d } }
+
+// WithReadiness makes /readyz report 503 while check fails. The default is always ready.
+func WithReadiness(check func(context.Context) error) Option {
+	return func(o *options) { o.ready = check }
+}
+
+// WithProxyTransport sets the transport to functions. The default keeps 64 idle connections per
+// function and dials with a 5-second timeout.
+func WithProxyTransport(t http.RoundTripper) Option { return func(o *options) { o.transport = t } }
+
+// Server is the API. Its Handler serves every route.
+type Server struct {
+	o       options
+	b       Backend
+	router  *mux.Router
+	proxy   *httputil.ReverseProxy
+	metrics *metrics
+}
+
+// New makes the API on a backend.
+func New(b Backend, opts ...Option) (*Server, error) {
+	if err := b.validate(); err != nil {
+		return nil, err
+	}
+	o := options{
+		uploadLimit:    DefaultUploadLimit,
+		proxyBodyLimit: DefaultProxyBodyLimit,
+		publicURL:      "http://127.0.0.1:8080",
+		ready:          func(context.Context) error { return nil },
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.verifier == nil {
+		return nil, errors.New("api: WithVerifier is required: every /v1 route needs verified tokens")
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if o.transport == nil {
+		o.transport = &http.Transport{
+			Proxy:                 nil, // functions are reached directly, never through an HTTP proxy
+			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:          1024,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		}
+	}
+	s := &Server{o: o, b: b, metrics: newMetrics()}
+	s.proxy = s.newProxy()
+	s.router = s.routes()
+	return s, nil
+}
+
+// Handler serves the API.
+func (s *Server) Handler() http.Handler { return s.router }
+
+// Metrics is the registry behind /metrics, for a backend to add its own collectors.
+func (s *Server) Metrics() *prometheus.Registry { return s.metrics.reg }
+
+// ObserveBuild records a finished build ("succeeded" or "failed") for /metrics.
+func (s *Server) ObserveBuild(result string, d time.Duration) {
+	s.metrics.builds.WithLabelValues(result).Inc()
+	s.metrics.buildSeconds.Observe(d.Seconds())
+}
+
+// FunctionURL is the public /fn/ URL of a function.
+func (s *Server) FunctionURL(ns, name string) string {
+	return s.o.publicURL + "/fn/" + ns + "/" + name
+}
+
+// routes is the whole router in one place.
+func (s *Server) routes() *mux.Router {
+	r := mux.NewRouter().SkipClean(true).UseEncodedPath()
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, apiv1.Errorf(apiv1.CodeNotFound, "no route for %s %s", r.Method, r.URL.EscapedPath()))
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, &apiv1.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+			Message: r.Method + " is not allowed on " + r.URL.EscapedPath()})
+	})
+	r.Use(s.requestID, s.recoverPanics, s.observe)
+
+	r.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}).Methods(http.MethodGet)
+	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet)
+	r.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})).Methods(http.MethodGet)
+
+	v1 := r.PathPrefix("/v1/namespaces/{ns}").Subrouter()
+	v1.Use(s.authenticate)
+	v1.HandleFunc("/ensure", s.ensureNamespace).Methods(http.MethodPost)
+	v1.HandleFunc("", s.deleteNamespace).Methods(http.MethodDelete)
+	v1.HandleFunc("/functions", s.listFunctions).Methods(http.MethodGet)
+	v1.HandleFunc("/functions", s.createFunction).Methods(http.MethodPost)
+	v1.HandleFunc("/functions/{name}", s.getFunction).Methods(http.MethodGet)
+	v1.HandleFunc("/functions/{name}", s.updateFunction).Methods(http.MethodPut)
+	v1.HandleFunc("/functions/{name}", s.deleteFunction).Methods(http.MethodDelete)
+	v1.HandleFunc("/functions/{name}/upload", s.upload).Methods(http.MethodPost)
+	v1.HandleFunc("/functions/{name}/invocations", s.invocations).Methods(http.MethodGet)
+	v1.HandleFunc("/triggers", s.listTriggers).Methods(http.MethodGet)
+	v1.HandleFunc("/triggers", s.createTrigger).Methods(http.MethodPost)
+	v1.HandleFunc("/triggers/{name}", s.getTrigger).Methods(http.MethodGet)
+	v1.HandleFunc("/triggers/{name}", s.patchTrigger).Methods(http.MethodPatch)
+	v1.HandleFunc("/triggers/{name}", s.deleteTrigger).Methods(http.MethodDelete)
+	v1.HandleFunc("/jobs", s.listJobs).Methods(http.MethodGet)
+	v1.HandleFunc("/jobs", s.createJob).Methods(http.MethodPost)
+	v1.HandleFunc("/jobs/{name}", s.getJob).Methods(http.MethodGet)
+	v1.HandleFunc("/jobs/{name}", s.putJob).Methods(http.MethodPut)
+	v1.HandleFunc("/jobs/{name}", s.deleteJob).Methods(http.MethodDelete)
+
+	// The public invoke proxy: no auth (as in the seed); the function decides what it serves.
+	r.PathPrefix("/fn/{ns}/{name}").HandlerFunc(s.invoke)
+	return r
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := s.o.ready(r.Context()); err != nil {
+		writeError(w, r, apiv1.Errorf(apiv1.CodeNotReady, "%v", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// NewHTTPServer wraps h in an http.Server with the timeouts the API needs: headers within 10 s,
+// at most 1 MiB of them, idle keep-alives closed after 2 minutes. Whole requests are bounded at
+// 15 minutes here; handlers set tighter deadlines per route (uploads, invocations).
+func NewHTTPServer(addr string, h http.Handler, logger *slog.Logger) *http.Server {
+	srv := &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       15 * time.Minute,
+		WriteTimeout:      15 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+	}
+	if logger != nil {
+		srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
+	}
+	return srv
+}
+
+// drain discards what is left of a request body (bounded), so keep-alive connections survive errors.
+func drain(r *http.Request) {
+	io.Copy(io.Discard, io.LimitReader(r.Body, 64<<10))
+}

@@ -1,0 +1,99 @@
+package api
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/layers"
+)
+
+var zipTypes = map[string]bool{"application/zip": true, "application/x-zip-compressed": true, "application/octet-stream": true}
+
+// upload takes a zip of the function's code. Order matters: the size limit is enforced while the
+// body is spooled to a temporary file (413 before anything is stored), the archive is checked with
+// the same rules the builder applies (400 with the reason), and only then is it stored under its
+// sha256 and recorded on the function. The same zip twice changes nothing.
+func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
+	ns, name := pathVar(r, "ns"), pathVar(r, "name")
+	ctx := r.Context()
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(10 * time.Minute))
+	if err := ValidName("function", name); err != nil {
+		drain(r)
+		writeError(w, r, err)
+		return
+	}
+	if _, err := s.b.Functions.Get(ctx, ns, name); err != nil {
+		drain(r)
+		writeError(w, r, notFound("function", name, err))
+		return
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); !zipTypes[mt] {
+		drain(r)
+		writeError(w, r, invalid("Content-Type %q: send the archive as application/zip", r.Header.Get("Content-Type")))
+		return
+	}
+	if r.ContentLength > s.o.uploadLimit {
+		writeError(w, r, apiv1.Errorf(apiv1.CodePayloadTooLarge, "the archive is %d bytes; the limit is %d", r.ContentLength, s.o.uploadLimit))
+		return
+	}
+
+	f, err := os.CreateTemp(s.o.tempDir, "sless-upload-*.zip")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	defer func() { f.Close(); os.Remove(f.Name()) }()
+	h := sha256.New()
+	size, err := io.Copy(io.MultiWriter(f, h), http.MaxBytesReader(w, r.Body, s.o.uploadLimit))
+	if err != nil {
+		if _, ok := err.(*http.MaxBytesError); ok {
+			writeError(w, r, apiv1.Errorf(apiv1.CodePayloadTooLarge, "the archive exceeds the limit of %d bytes", s.o.uploadLimit))
+			return
+		}
+		writeError(w, r, invalid("reading the archive: %v", err))
+		return
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if err := layers.ValidateZip(f, size); err != nil {
+		writeError(w, r, err)
+		return
+	}
+
+	key := CodeKey(ns, name, sum)
+	exists, err := s.b.Code.Exists(ctx, key)
+	if err != nil {
+		writeError(w, r, fmt.Errorf("checking the code store: %w", err))
+		return
+	}
+	if !exists {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			writeError(w, r, err)
+			return
+		}
+		if err := s.b.Code.Put(ctx, key, f, size); err != nil {
+			writeError(w, r, fmt.Errorf("storing the archive: %w", err))
+			return
+		}
+	}
+	out, err := s.b.Functions.Update(ctx, ns, name, func(fn *apiv1.Function) error {
+		if fn.Status.CodeSHA256 == sum {
+			return nil // same code: no new build
+		}
+		fn.Status.CodeSHA256 = sum
+		fn.Status.Phase = apiv1.PhasePending
+		fn.Status.Message = "code uploaded; waiting for a build"
+		return nil
+	})
+	if err != nil {
+		writeError(w, r, notFound("function", name, err))
+		return
+	}
+	writeJSON(w, http.StatusAccepted, apiv1.UploadResponse{CodeSHA256: sum, Phase: out.Status.Phase})
+}
