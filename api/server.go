@@ -109,6 +109,8 @@ func New(b Backend, opts ...Option) (*Server, error) {
 			MaxIdleConnsPerHost:   64,
 			IdleConnTimeout:       90 * time.Second,
 			ExpectContinueTimeout: time.Second,
+			// A proxy passes bodies through as they are; transparent gzip would decode them.
+			DisableCompression: true,
 		}
 	}
 	s := &Server{o: o, b: b, metrics: newMetrics()}

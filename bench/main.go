@@ -33,6 +33,7 @@ type config struct {
 	kaniko      string // OCI layout of the kaniko executor image
 	keep        bool
 	storage     string
+	sections    string
 }
 
 func main() {
@@ -48,6 +49,7 @@ func main() {
 	flag.StringVar(&c.smallBase, "small-base", "", "OCI layout of the small base (default: a generated 10 MB image)")
 	flag.StringVar(&c.kaniko, "kaniko-layout", filepath.Join(cache, "kaniko-v1.23.2", "layout"), "OCI layout of the kaniko executor image")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory")
+	flag.StringVar(&c.sections, "sections", "builder,runtimes,proxy", "what to measure: builder (with kaniko, buildah), runtimes, proxy")
 	flag.StringVar(&c.storage, "storage", "tmpfs,disk", "where the registry stores blobs, one table each: tmpfs (registry cost near zero, isolates the builders) and/or disk (fsync per write)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

@@ -41,6 +41,18 @@ func run(ctx context.Context, c config) error {
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("building sless: %v\n%s", err, out)
 	}
+	want := map[string]bool{}
+	for _, s := range strings.Split(c.sections, ",") {
+		want[s] = true
+	}
+	if want["proxy"] {
+		if err := benchProxy(ctx, c, work); err != nil {
+			return fmt.Errorf("proxy: %w", err)
+		}
+	}
+	if !want["builder"] && !want["runtimes"] {
+		return nil
+	}
 	for i, storage := range strings.Split(c.storage, ",") {
 		var regRoot string
 		switch storage {
@@ -54,7 +66,7 @@ func run(ctx context.Context, c config) error {
 		default:
 			return fmt.Errorf("-storage: %q is neither tmpfs nor disk", storage)
 		}
-		if err := runOn(ctx, c, work, slessBin, storage, regRoot, i == 0); err != nil {
+		if err := runOn(ctx, c, want, work, slessBin, storage, regRoot, i == 0); err != nil {
 			return fmt.Errorf("registry on %s: %w", storage, err)
 		}
 	}
@@ -62,7 +74,7 @@ func run(ctx context.Context, c config) error {
 }
 
 // runOn measures everything against one registry whose storage is on tmpfs or on disk.
-func runOn(ctx context.Context, c config, work, slessBin, storage, regRoot string, measureRSS bool) error {
+func runOn(ctx context.Context, c config, want map[string]bool, work, slessBin, storage, regRoot string, first bool) error {
 	reg, err := registry.Start(ctx, registry.Config{RootDir: regRoot})
 	if err != nil {
 		return err
@@ -70,6 +82,13 @@ func runOn(ctx context.Context, c config, work, slessBin, storage, regRoot strin
 	defer reg.Close()
 	r := reg.Addr()
 	logf("registry (CNCF Distribution v3) on %s, storage on %s (%s)", r, storage, regRoot)
+	if !want["builder"] {
+		if first && want["runtimes"] {
+			return benchRuntimes(ctx, c, work, r)
+		}
+		return nil
+	}
+	measureRSS := first
 
 	largeRef := r + "/bench/base-large:latest"
 	if err := pushLayout(ctx, c.largeBase, largeRef); err != nil {
@@ -209,7 +228,9 @@ func runOn(ctx context.Context, c config, work, slessBin, storage, regRoot strin
 		check("peak RSS of sless build, 200 MB of code", float64(rss)/(1<<20), "≤", 64, " MiB")
 		fmt.Printf("\n200 MB of code (%d files) through the CLI took %d ms, peak RSS (VmHWM) %.1f MiB.\n",
 			200, rssTime.Milliseconds(), float64(rss)/(1<<20))
-		return benchRuntimes(ctx, c, work, r)
+		if want["runtimes"] {
+			return benchRuntimes(ctx, c, work, r)
+		}
 	}
 	return nil
 }

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import traceback
-import uuid
+from concurrent.futures import ThreadPoolExecutor, TimeoutError as FuturesTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -24,6 +24,7 @@ PORT = int(os.environ.get("PORT") or "8080")
 TIMEOUT_SEC = float(os.environ.get("TIMEOUT_SEC") or "30")
 MAX_BODY_BYTES = int(os.environ.get("MAX_BODY_BYTES") or str(6 * 1024 * 1024))
 GRACE_SEC = float(os.environ.get("GRACE_SEC") or "10")
+WORKERS = int(os.environ.get("WORKERS") or "64")
 TERMINATION_LOG = os.environ.get("TERMINATION_LOG") or "/dev/termination-log"
 TERMINATION_LIMIT = 4096
 
@@ -58,10 +59,12 @@ def load_handler():
 
 handler = None
 _loop = None  # one event loop in its own thread runs every async handler
+_pool = None  # worker threads for sync handlers
 
 
 def _start_loop():
-    global _loop
+    global _loop, _pool
+    _pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="handler")
     _loop = asyncio.new_event_loop()
     t = threading.Thread(target=_loop.run_forever, name="async-handlers", daemon=True)
     t.start()
@@ -74,37 +77,32 @@ class Timeout(Exception):
 def invoke(event, timeout):
     """Calls the handler, sync or async, giving up after timeout seconds.
 
-    Python cannot stop a thread: on timeout a sync handler keeps running in its daemon thread until
-    it returns (its result is discarded); an async handler's task is cancelled.
+    Sync handlers run on a pool of WORKERS threads (reused: no thread start per request). Python
+    cannot stop a thread: on timeout a sync handler keeps its worker until it returns (its result is
+    discarded); an async handler's task is cancelled.
     """
     if inspect.iscoroutinefunction(handler):
         fut = asyncio.run_coroutine_threadsafe(handler(event), _loop)
         try:
             return fut.result(timeout)
-        except TimeoutError:
+        except FuturesTimeout:
             fut.cancel()
             raise Timeout()
-    box = {}
-    done = threading.Event()
-
-    def call():
-        try:
-            r = handler(event)
-            if inspect.isawaitable(r):
-                r = asyncio.run_coroutine_threadsafe(_await(r), _loop).result()
-            box["result"] = r
-        except BaseException as e:  # reported to the caller below
-            box["error"] = e
-            box["tb"] = traceback.format_exc()
-        finally:
-            done.set()
-
-    threading.Thread(target=call, daemon=True).start()
-    if not done.wait(timeout):
+    fut = _pool.submit(_call_sync, event)
+    try:
+        return fut.result(timeout)
+    except FuturesTimeout:
         raise Timeout()
-    if "error" in box:
-        raise HandlerError(box["error"], box["tb"])
-    return box.get("result")
+
+
+def _call_sync(event):
+    try:
+        r = handler(event)
+        if inspect.isawaitable(r):
+            r = asyncio.run_coroutine_threadsafe(_await(r), _loop).result()
+        return r
+    except BaseException as e:  # reported to the caller with its traceback
+        raise HandlerError(e, traceback.format_exc())
 
 
 async def _await(a):
