@@ -67,7 +67,11 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	ns, name := pathVar(r, "ns"), pathVar(r, "name")
 	start := time.Now()
 	rec, _ := w.(*recorder)
+	known := false // only existing functions get records: /fn/ is public, names are not
 	defer func() {
+		if !known {
+			return
+		}
 		status := http.StatusOK
 		if rec != nil && rec.status != 0 {
 			status = rec.status
@@ -91,6 +95,7 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, notFound("function", name, err))
 		return
 	}
+	known = true
 	if fn.Status.Phase != apiv1.PhaseReady {
 		msg := fmt.Sprintf("function %q is %s", name, strings.ToLower(orDefault(fn.Status.Phase, apiv1.PhasePending)))
 		if fn.Status.Message != "" {

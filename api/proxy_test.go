@@ -93,6 +93,10 @@ func TestProxyErrors(t *testing.T) {
 	if code, ecode, _ := e.raw("GET", "/fn/sless-0000000000000000/ghost/x", "", "", nil); code != 404 || ecode != apiv1.CodeNotFound {
 		t.Errorf("unknown namespace: %d %s", code, ecode)
 	}
+	// Unknown names leave no records (the route is public; records are bounded per real function).
+	if inv, _ := e.srv.Invocations().List(ctx, e.ns, "ghost", 10); len(inv) != 0 {
+		t.Errorf("records for an unknown function: %v", inv)
+	}
 
 	e.function("pending")
 	if code, ecode, b := e.raw("GET", "/fn/"+e.ns+"/pending", "", "", nil); code != 503 || ecode != apiv1.CodeNotReady || !strings.Contains(string(b), "pending") {

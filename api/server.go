@@ -122,6 +122,9 @@ func New(b Backend, opts ...Option) (*Server, error) {
 // Handler serves the API.
 func (s *Server) Handler() http.Handler { return s.router }
 
+// Invocations is where /fn/ records calls.
+func (s *Server) Invocations() Invocations { return s.b.Invocations }
+
 // Metrics is the registry behind /metrics, for a backend to add its own collectors.
 func (s *Server) Metrics() *prometheus.Registry { return s.metrics.reg }
 
@@ -211,4 +214,23 @@ func NewHTTPServer(addr string, h http.Handler, logger *slog.Logger) *http.Serve
 // drain discards what is left of a request body (bounded), so keep-alive connections survive errors.
 func drain(r *http.Request) {
 	io.Copy(io.Discard, io.LimitReader(r.Body, 64<<10))
+}
+
+// Serve runs srv on ln until ctx ends, then shuts down gracefully: the listener closes at once and
+// in-flight requests get up to grace to finish. It returns nil after a clean shutdown.
+func Serve(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
 }
