@@ -39,7 +39,7 @@ func podmanCmd(ctx context.Context, work string, args ...string) *exec.Cmd {
 
 func containersConf() string {
 	root, _ := repoRoot()
-	return filepath.Join(root, "hack", "containers.conf")
+	return filepath.Join(root, "local", "containers.conf")
 }
 
 // runKaniko builds the anchor context with kaniko's executor under podman, as the seed system ran

@@ -33,7 +33,7 @@ func NewPodman(t testing.TB) *Podman {
 		bin: bin,
 		args: []string{"--root", filepath.Join(root, "root"), "--runroot", filepath.Join(root, "run"),
 			"--storage-driver", "overlay", "--cgroup-manager", "cgroupfs", "--runtime", "runc"},
-		env: append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(moduleRoot(), "hack", "containers.conf")),
+		env: append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(moduleRoot(), "local", "containers.conf")),
 	}
 }
 

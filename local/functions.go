@@ -1,0 +1,338 @@
+package local
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/oci"
+)
+
+// instance is a function container the proxy routes to.
+type instance struct {
+	name string
+	url  *url.URL
+}
+
+// worker reconciles queued keys until the queue closes.
+func (p *Platform) worker(ctx context.Context) {
+	for {
+		k, ok := p.queue.next()
+		if !ok {
+			return
+		}
+		kind, rest, _ := strings.Cut(k, "/")
+		ns, n, _ := strings.Cut(rest, "/")
+		var err error
+		switch kind {
+		case "fn":
+			err = p.reconcileFunction(ctx, ns, n)
+		case "job":
+			err = p.reconcileJob(ctx, ns, n)
+		}
+		if err != nil && ctx.Err() == nil {
+			p.log.Error("reconcile", "key", k, "error", err)
+		}
+		p.queue.done(k)
+	}
+}
+
+// reconcileFunction moves a function toward what its record asks for: built from its current code,
+// running (unless its http triggers switch it off) in a healthy container the proxy routes to.
+func (p *Platform) reconcileFunction(ctx context.Context, ns, fname string) error {
+	fn, err := p.functions.Get(ctx, ns, fname)
+	if errors.Is(err, api.ErrNotFound) {
+		return p.cleanupFunction(ctx, ns, fname)
+	}
+	if err != nil {
+		return err
+	}
+	if fn.Status.CodeSHA256 == "" {
+		return nil // waiting for an upload
+	}
+	bs, err := getBuild(p.db, ns, fname)
+	if err != nil {
+		return err
+	}
+	want := buildState{CodeSHA256: fn.Status.CodeSHA256, Runtime: fn.Runtime, Entrypoint: fn.Entrypoint, RuntimeRef: p.runtimes[fn.Runtime]}
+	if bs.Image == "" || bs.key() != want.key() {
+		if bs.FailedKey == want.key() {
+			return nil // this exact build failed already; a new upload or spec change retries
+		}
+		if err := p.build(ctx, ns, &fn, &bs, want); err != nil {
+			return err
+		}
+		p.enqueueJobsOf(ns, fname)
+	}
+
+	triggers, err := p.triggers.List(ctx, ns)
+	if err != nil {
+		return err
+	}
+	if off, names := api.DisabledBy(triggers, fname); off {
+		p.stopFunction(ctx, ns, fname, "")
+		return p.setStatus(ctx, ns, fname, func(s *apiv1.FunctionStatus) {
+			s.Phase, s.Message = apiv1.PhaseReady, "stopped: disabled by trigger "+strings.Join(names, ", ")
+		})
+	}
+
+	env := runEnv(fn)
+	cname := containerName(ns, fname, bs.Image, env)
+	p.mu.RLock()
+	cur := p.routes[ns+"/"+fname]
+	p.mu.RUnlock()
+	if cur == nil || cur.name != cname || !p.healthy(ctx, cur) {
+		inst, err := p.startFunction(ctx, ns, fname, bs.Image, cname, env)
+		if err != nil {
+			// The previous container, if any, keeps serving.
+			return p.setStatus(ctx, ns, fname, func(s *apiv1.FunctionStatus) {
+				s.Phase, s.Message = apiv1.PhaseFailed, err.Error()
+			})
+		}
+		p.mu.Lock()
+		p.routes[ns+"/"+fname] = inst // the switch: new requests go to the new container from here on
+		p.mu.Unlock()
+		p.stopFunction(ctx, ns, fname, cname)
+	}
+	return p.setStatus(ctx, ns, fname, func(s *apiv1.FunctionStatus) {
+		s.Phase, s.Message, s.Image = apiv1.PhaseReady, "", bs.Image
+	})
+}
+
+func (p *Platform) setStatus(ctx context.Context, ns, name string, f func(*apiv1.FunctionStatus)) error {
+	_, err := p.functions.Update(ctx, ns, name, func(fn *apiv1.Function) error { f(&fn.Status); return nil })
+	if errors.Is(err, api.ErrNotFound) {
+		return nil // deleted meanwhile; the delete reconciles next
+	}
+	return err
+}
+
+// build makes and pushes the function image; on failure the function is Failed with the reason and
+// the previous image (and container) stay.
+func (p *Platform) build(ctx context.Context, ns string, fn *apiv1.Function, bs *buildState, want buildState) error {
+	if err := p.setStatus(ctx, ns, fn.Name, func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseBuilding, "" }); err != nil {
+		return err
+	}
+	start := time.Now()
+	image, err := p.buildImage(ctx, ns, *fn, want)
+	d := time.Since(start)
+	if err != nil {
+		bs.FailedKey = want.key()
+		putBuild(p.db, ns, fn.Name, *bs)
+		p.setStatus(ctx, ns, fn.Name, func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseFailed, "build failed: "+err.Error() })
+		return fmt.Errorf("building %s/%s: %w", ns, fn.Name, err)
+	}
+	images := append(bs.Images, image)
+	*bs = want
+	bs.Image, bs.Images = image, images
+	if err := putBuild(p.db, ns, fn.Name, *bs); err != nil {
+		return err
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	return p.setStatus(ctx, ns, fn.Name, func(s *apiv1.FunctionStatus) {
+		s.Image, s.LastBuiltAt = image, &now
+		s.Build = &apiv1.BuildInfo{DurationMS: d.Milliseconds()}
+		s.Message = "built; starting"
+	})
+}
+
+func (p *Platform) buildImage(ctx context.Context, ns string, fn apiv1.Function, want buildState) (string, error) {
+	if want.RuntimeRef == "" {
+		return "", fmt.Errorf("runtime %q is not installed", fn.Runtime)
+	}
+	rc, err := p.code.Get(ctx, api.CodeKey(ns, fn.Name, want.CodeSHA256))
+	if err != nil {
+		return "", fmt.Errorf("reading the uploaded code: %w", err)
+	}
+	defer rc.Close()
+	f, ok := rc.(*os.File) // the directory code store hands out files, which are ReaderAts
+	if !ok {
+		return "", errors.New("code store does not return seekable files")
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	res, err := p.builder.Build(ctx, oci.Source{RuntimeImage: want.RuntimeRef, Zip: f, ZipSize: st.Size(), ZipSHA256: want.CodeSHA256,
+		Handler: fn.Entrypoint, Function: fn.Name, Namespace: ns, Runtime: fn.Runtime})
+	if err != nil {
+		return "", err
+	}
+	defer res.Close()
+	ref, err := p.builder.Push(ctx, res, p.regHost+"/"+ns+"/"+fn.Name+":latest")
+	if err != nil {
+		return "", err
+	}
+	return ref.String(), nil
+}
+
+// runEnv is what a function's container gets at run time: never baked into the image.
+func runEnv(fn apiv1.Function) map[string]string {
+	env := map[string]string{}
+	for k, v := range fn.EnvVars {
+		env[k] = v
+	}
+	env["TIMEOUT_SEC"] = strconv.Itoa(max(fn.TimeoutSec, 1))
+	env["HOST"] = "127.0.0.1"
+	return env
+}
+
+// containerName is sless-<ns>-<name>-<digest12>-<config6>: an update (new digest) or a new run
+// configuration starts a container beside the old one.
+func containerName(ns, fname, image string, env map[string]string) string {
+	_, digest, _ := strings.Cut(image, "@sha256:")
+	h := sha256.New()
+	for _, k := range sortedKeys(env) {
+		fmt.Fprintf(h, "%s=%s\n", k, env[k])
+	}
+	return fmt.Sprintf("sless-%s-%s-%.12s-%s", ns, fname, digest, hex.EncodeToString(h.Sum(nil))[:6])
+}
+
+// startFunction runs (or adopts) the container and waits until /health answers.
+func (p *Platform) startFunction(ctx context.Context, ns, fname, image, cname string, env map[string]string) (*instance, error) {
+	if inst := p.adopt(ctx, cname); inst != nil {
+		return inst, nil
+	}
+	p.podman.remove(ctx, cname) // a stopped leftover of the same name
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	env["PORT"] = strconv.Itoa(port)
+	labels := map[string]string{labelInstance: p.instance, labelNamespace: ns, labelFunction: fname,
+		labelPort: strconv.Itoa(port), labelRole: "function"}
+	if err := p.podman.start(ctx, containerSpec{name: cname, image: image, labels: labels, env: env, detach: true}); err != nil {
+		return nil, fmt.Errorf("starting the container: %w", err)
+	}
+	u, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(port))
+	inst := &instance{name: cname, url: u}
+	if err := p.waitHealthy(ctx, inst); err != nil {
+		stdout, stderr := p.podman.logs(ctx, cname, 20)
+		p.podman.remove(context.WithoutCancel(ctx), cname)
+		return nil, fmt.Errorf("%v; last output:\n%s", err, strings.TrimSpace(lastLines(stderr+stdout, 15)))
+	}
+	return inst, nil
+}
+
+// adopt takes over a running container of this name (after a restart of sless up).
+func (p *Platform) adopt(ctx context.Context, cname string) *instance {
+	cs, err := p.podman.list(ctx, p.instance)
+	if err != nil {
+		return nil
+	}
+	for _, c := range cs {
+		if c.Name == cname && c.State == "running" {
+			u, err := url.Parse("http://127.0.0.1:" + c.Labels[labelPort])
+			if err != nil {
+				return nil
+			}
+			inst := &instance{name: cname, url: u}
+			if p.healthy(ctx, inst) {
+				return inst
+			}
+		}
+	}
+	return nil
+}
+
+var healthClient = &http.Client{Timeout: 2 * time.Second}
+
+func (p *Platform) healthy(ctx context.Context, inst *instance) bool {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, inst.url.String()+"/health", nil)
+	resp, err := healthClient.Do(req)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// waitHealthy polls /health until it answers, the container exits, or 60 s pass.
+func (p *Platform) waitHealthy(ctx context.Context, inst *instance) error {
+	deadline := time.Now().Add(60 * time.Second)
+	lastState := time.Now()
+	for time.Now().Before(deadline) {
+		if p.healthy(ctx, inst) {
+			return nil
+		}
+		if time.Since(lastState) > 500*time.Millisecond {
+			lastState = time.Now()
+			if st, err := p.podman.state(ctx, inst.name); err == nil && st != "running" && st != "created" {
+				return fmt.Errorf("the function exited at start (%s)", st)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return errors.New("the function did not answer /health within 60 s")
+}
+
+// stopFunction removes the function's containers except keep (and the route, if it pointed at one).
+func (p *Platform) stopFunction(ctx context.Context, ns, fname, keep string) {
+	p.mu.Lock()
+	if cur := p.routes[ns+"/"+fname]; cur != nil && cur.name != keep {
+		delete(p.routes, ns+"/"+fname)
+	}
+	p.mu.Unlock()
+	cs, err := p.podman.list(ctx, p.instance)
+	if err != nil {
+		return
+	}
+	for _, c := range cs {
+		if c.Labels[labelRole] == "function" && c.Labels[labelNamespace] == ns && c.Labels[labelFunction] == fname && c.Name != keep {
+			p.podman.remove(ctx, c.Name)
+		}
+	}
+}
+
+// cleanupFunction removes everything of a deleted function: containers, images, records.
+func (p *Platform) cleanupFunction(ctx context.Context, ns, fname string) error {
+	p.stopFunction(ctx, ns, fname, "")
+	bs, err := getBuild(p.db, ns, fname)
+	if err != nil {
+		return err
+	}
+	for _, img := range bs.Images {
+		ref, err := name.NewDigest(img)
+		if err == nil {
+			if err := remote.Delete(ref, remote.WithContext(ctx)); err != nil && !strings.Contains(err.Error(), "MANIFEST_UNKNOWN") {
+				p.log.Warn("deleting image", "image", img, "error", err)
+			}
+		}
+	}
+	if err := p.code.DeletePrefix(ctx, api.CodePrefix(ns, fname)); err != nil {
+		return err
+	}
+	if err := p.inv.forget(ns, fname); err != nil {
+		return err
+	}
+	return deleteBuild(p.db, ns, fname)
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
