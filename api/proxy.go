@@ -96,14 +96,6 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	known = true
-	if fn.Status.Phase != apiv1.PhaseReady {
-		msg := fmt.Sprintf("function %q is %s", name, strings.ToLower(orDefault(fn.Status.Phase, apiv1.PhasePending)))
-		if fn.Status.Message != "" {
-			msg += ": " + fn.Status.Message
-		}
-		writeError(w, r, apiv1.Errorf(apiv1.CodeNotReady, "%s", msg))
-		return
-	}
 	triggers, err := s.b.Triggers.List(r.Context(), ns)
 	if err != nil {
 		writeError(w, r, err)
@@ -114,8 +106,18 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 			name, strings.Join(names, ", ")))
 		return
 	}
+	// A running instance serves even while a new version is Pending or Building (or failed to
+	// build): updates must not interrupt traffic. Without one, say what the function is waiting for.
 	target, err := s.b.Resolver.Resolve(r.Context(), ns, name)
 	if err != nil {
+		var nr *NotReadyError
+		if errors.As(err, &nr) && fn.Status.Phase != apiv1.PhaseReady {
+			msg := fmt.Sprintf("function %q is %s", name, strings.ToLower(orDefault(fn.Status.Phase, apiv1.PhasePending)))
+			if fn.Status.Message != "" {
+				msg += ": " + fn.Status.Message
+			}
+			err = apiv1.Errorf(apiv1.CodeNotReady, "%s", msg)
+		}
 		writeError(w, r, notFound("function", name, err))
 		return
 	}

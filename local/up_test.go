@@ -1,0 +1,518 @@
+package local_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/api/client"
+	"github.com/sless-dev/sless/internal/testenv"
+)
+
+var slessBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sless-up-test-")
+	if err != nil {
+		panic(err)
+	}
+	slessBin = filepath.Join(dir, "sless")
+	if out, err := exec.Command("go", "build", "-o", slessBin, "../cmd/sless").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building sless: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// up is one real `sless up` process.
+type up struct {
+	t        *testing.T
+	cmd      *exec.Cmd
+	dataDir  string
+	listen   string
+	regAddr  string
+	url      string
+	c        *client.Client
+	token    string
+	done     chan struct{}
+	stderr   *bytes.Buffer
+	stderrMu *sync.Mutex
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type syncBuf struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (s syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+
+func startUp(t *testing.T, dataDir, listen, regAddr string) *up {
+	t.Helper()
+	if _, err := exec.LookPath("podman"); err != nil {
+		testenv.Missing(t, "podman", err)
+	}
+	if _, err := os.Stat(filepath.Join(testenv.CacheDir(), "bases", "python3.11", "index.json")); err != nil {
+		testenv.Missing(t, "base images (hack/build-bases.sh python3.11 nodejs20)", err)
+	}
+	u := &up{t: t, dataDir: dataDir, listen: listen, regAddr: regAddr, url: "http://" + listen, done: make(chan struct{}),
+		stderr: &bytes.Buffer{}, stderrMu: &sync.Mutex{}}
+	u.cmd = exec.Command(slessBin, "up", "--data-dir", dataDir, "--listen", listen, "--registry-listen", regAddr,
+		"--test-clock", "--bases-script", "", "--podman-root", filepath.Join(testenv.CacheDir(), "podman"),
+		"--bases-dir", filepath.Join(testenv.CacheDir(), "bases"))
+	u.cmd.Stdout = io.Discard
+	u.cmd.Stderr = syncBuf{u.stderrMu, u.stderr}
+	if err := u.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { u.cmd.Wait(); close(u.done) }()
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		if resp, err := http.Get(u.url + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		select {
+		case <-u.done:
+			t.Fatalf("sless up exited:\n%s", u.logTail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sless up not ready within 120 s:\n%s", u.logTail())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	tok, err := os.ReadFile(filepath.Join(dataDir, "dev-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.token = strings.TrimSpace(string(tok))
+	if u.c, err = client.New(u.url, u.token); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.c.EnsureNamespace(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func (u *up) logTail() string {
+	u.stderrMu.Lock()
+	defer u.stderrMu.Unlock()
+	s := u.stderr.String()
+	if len(s) > 4000 {
+		s = s[len(s)-4000:]
+	}
+	return s
+}
+
+// stop sends SIGTERM and waits.
+func (u *up) stop() {
+	u.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-u.done:
+	case <-time.After(30 * time.Second):
+		u.cmd.Process.Kill()
+		u.t.Error("sless up did not stop within 30 s of SIGTERM")
+	}
+}
+
+func zipFiles(t *testing.T, files map[string]string) []byte {
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for n, body := range files {
+		w, _ := zw.Create(n)
+		io.WriteString(w, body)
+	}
+	zw.Close()
+	return buf.Bytes()
+}
+
+// deploy creates (if needed) and uploads, then waits until the function is Ready or Failed.
+func (u *up) deploy(t *testing.T, name, runtime string, files map[string]string) *apiv1.Function {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := u.c.GetFunction(ctx, name); client.IsNotFound(err) {
+		if _, err := u.c.CreateFunction(ctx, apiv1.Function{Name: name, Runtime: runtime, EnvVars: map[string]string{"GREETING": "hi"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	z := zipFiles(t, files)
+	res, err := u.c.Upload(ctx, name, bytes.NewReader(z), int64(len(z)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.waitCode(t, name, res.CodeSHA256)
+}
+
+func (u *up) waitCode(t *testing.T, name, sha string) *apiv1.Function {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		f, err := u.c.GetFunction(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Status.CodeSHA256 == sha && (f.Status.Phase == apiv1.PhaseReady || f.Status.Phase == apiv1.PhaseFailed) && f.Status.Message == "" || f.Status.Phase == apiv1.PhaseFailed {
+			return f
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready within 90 s: %+v\n%s", name, f.Status, u.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (u *up) get(path string) (int, string) {
+	resp, err := http.Get(u.url + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+const pyHello = "import os\ndef handle(event):\n    return {'v': 1, 'greeting': os.environ.get('GREETING'), 'path': event['path']}\n"
+
+func TestSlessUp(t *testing.T) {
+	podman := testenv.NewPodman(t)
+	dataDir := t.TempDir()
+	listen, regAddr := freeAddr(t), freeAddr(t)
+	u := startUp(t, dataDir, listen, regAddr)
+	ctx := context.Background()
+	ns := u.c.Namespace()
+	fnPath := func(name string) string { return "/fn/" + ns + "/" + name }
+	containersOf := func(name string) []string {
+		out, _ := podman.Command(ctx, "ps", "-a", "--filter", "label=dev.sless.function="+name, "--filter", "label=dev.sless.namespace="+ns, "--format", "{{.Names}}").Output()
+		return strings.Fields(string(out))
+	}
+	t.Cleanup(func() { podman.Command(context.Background(), "rm", "-f", "-t", "1", "-a", "--filter", "label=dev.sless.namespace="+ns).Run() })
+
+	t.Run("deploy python and node", func(t *testing.T) {
+		f := u.deploy(t, "py", "python3.11", map[string]string{"handler.py": pyHello})
+		if f.Status.Phase != apiv1.PhaseReady || !strings.Contains(f.Status.Image, "@sha256:") || f.Status.Build == nil ||
+			f.Status.URL != u.url+fnPath("py") || f.Status.LastBuiltAt == nil {
+			t.Fatalf("status %+v", f.Status)
+		}
+		if code, body := u.get(fnPath("py") + "/x"); code != 200 || !strings.Contains(body, `"greeting": "hi"`) || !strings.Contains(body, `"path": "/x"`) {
+			t.Errorf("python: %d %s", code, body)
+		}
+		u.deploy(t, "js", "nodejs20", map[string]string{"handler.js": "exports.handle = async (e) => ({ node: process.version, env: process.env.GREETING })\n"})
+		if code, body := u.get(fnPath("js")); code != 200 || !strings.Contains(body, `"node":"v20.`) || !strings.Contains(body, `"env":"hi"`) {
+			t.Errorf("node: %d %s", code, body)
+		}
+		cs := containersOf("py")
+		if len(cs) != 1 || !strings.HasPrefix(cs[0], "sless-"+ns+"-py-") {
+			t.Errorf("containers %v", cs)
+		}
+		// The user's env vars are not in the image: they are set at run time.
+		if strings.Contains(string(mustOutput(t, podman.Command(ctx, "image", "inspect", f.Status.Image, "--format", "{{.Config.Env}}"))), "GREETING") {
+			t.Error("env vars were baked into the image")
+		}
+	})
+
+	t.Run("update under load has no failed request", func(t *testing.T) {
+		var ok, failed, sawNew atomic.Int64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var firstErr atomic.Value
+		for i := 0; i < 4; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					code, body := u.get(fnPath("py"))
+					if code != 200 {
+						failed.Add(1)
+						firstErr.CompareAndSwap(nil, fmt.Sprintf("%d %s", code, body))
+						continue
+					}
+					ok.Add(1)
+					if strings.Contains(body, `"v": 2`) {
+						sawNew.Add(1)
+					}
+				}
+			}()
+		}
+		time.Sleep(200 * time.Millisecond)
+		f := u.deploy(t, "py", "python3.11", map[string]string{"handler.py": strings.Replace(pyHello, "'v': 1", "'v': 2", 1)})
+		deadline := time.Now().Add(5 * time.Second)
+		for sawNew.Load() == 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(300 * time.Millisecond) // keep loading past the removal of the old container
+		close(stop)
+		wg.Wait()
+		t.Logf("during the update: %d requests answered, %d failed, %d by the new code", ok.Load(), failed.Load(), sawNew.Load())
+		if f.Status.Phase != apiv1.PhaseReady || failed.Load() != 0 || sawNew.Load() == 0 {
+			t.Errorf("phase %s: %d ok, %d failed (first: %v), %d answered by the new code", f.Status.Phase, ok.Load(), failed.Load(), firstErr.Load(), sawNew.Load())
+		}
+		if cs := containersOf("py"); len(cs) != 1 {
+			t.Errorf("after the switch: containers %v", cs)
+		}
+	})
+
+	t.Run("a handler that fails to load", func(t *testing.T) {
+		f := u.deploy(t, "py", "python3.11", map[string]string{"handler.py": "def handle(event)\n    return 1\n"})
+		if f.Status.Phase != apiv1.PhaseFailed || !strings.Contains(f.Status.Message, "SyntaxError") {
+			t.Errorf("status %+v", f.Status)
+		}
+		if code, body := u.get(fnPath("py")); code != 200 || !strings.Contains(body, `"v": 2`) {
+			t.Errorf("after a failed update the previous version must keep serving: %d %s", code, body)
+		}
+		u.deploy(t, "py", "python3.11", map[string]string{"handler.py": strings.Replace(pyHello, "'v': 1", "'v': 3", 1)})
+		if code, body := u.get(fnPath("py")); code != 200 || !strings.Contains(body, `"v": 3`) {
+			t.Errorf("fixed: %d %s", code, body)
+		}
+	})
+
+	t.Run("disable and enable", func(t *testing.T) {
+		if _, err := u.c.CreateTrigger(ctx, apiv1.Trigger{Name: "py-web", Type: "http", FunctionRef: "py"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := u.c.SetTriggerEnabled(ctx, "py-web", false); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 20*time.Second, func() bool { return len(containersOf("py")) == 0 }, "the container to stop")
+		code, body := u.get(fnPath("py"))
+		if code != 503 || !strings.Contains(body, "not_ready") || !strings.Contains(body, "disabled by trigger py-web") {
+			t.Errorf("disabled: %d %s", code, body)
+		}
+		u.c.SetTriggerEnabled(ctx, "py-web", true)
+		waitFor(t, 30*time.Second, func() bool { c, _ := u.get(fnPath("py")); return c == 200 }, "the function to serve again")
+	})
+
+	t.Run("job runs and re-runs", func(t *testing.T) {
+		u.deploy(t, "summer", "python3.11", map[string]string{"handler.py": "def handle(event):\n    return {'sum': sum(event['input'])}\n"})
+		if _, err := u.c.CreateJob(ctx, apiv1.Job{Name: "sum", FunctionRef: "summer", EventJSON: `{"input":[100,200,300]}`, RunID: 1}); err != nil {
+			t.Fatal(err)
+		}
+		j := waitJob(t, u, "sum", 1)
+		if j.Status.Phase != apiv1.JobSucceeded || !strings.Contains(j.Status.Message, `"sum": 600`) || j.Status.CompletionTime == nil {
+			t.Fatalf("job %+v", j.Status)
+		}
+		if _, err := u.c.PutJob(ctx, apiv1.Job{Name: "sum", FunctionRef: "summer", EventJSON: `{"input":[1,2]}`, RunID: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if j = waitJob(t, u, "sum", 2); j.Status.Phase != apiv1.JobSucceeded || !strings.Contains(j.Status.Message, `"sum": 3`) {
+			t.Errorf("re-run %+v", j.Status)
+		}
+		if j, _ := u.c.CreateJob(ctx, apiv1.Job{Name: "never", FunctionRef: "summer", RunID: 0}); j == nil || j.Status.Phase != apiv1.JobSkipped {
+			t.Errorf("run_id 0: %+v", j)
+		}
+		if _, err := u.c.CreateJob(ctx, apiv1.Job{Name: "fails", FunctionRef: "summer", EventJSON: `{"nope":1}`, RunID: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if j := waitJob(t, u, "fails", 1); j.Status.Phase != apiv1.JobFailed || !strings.Contains(j.Status.Message, "KeyError") {
+			t.Errorf("failing job %+v", j.Status)
+		}
+	})
+
+	t.Run("cron fires on the injected clock", func(t *testing.T) {
+		u.deploy(t, "ticker", "python3.11", map[string]string{"handler.py": "def handle(event):\n    print('tick', event)\n    return {'source': event['source'], 'at': event['scheduled_time']}\n"})
+		if _, err := u.c.CreateTrigger(ctx, apiv1.Trigger{Name: "every5", Type: "cron", FunctionRef: "ticker", Schedule: "*/5 * * * *"}); err != nil {
+			t.Fatal(err)
+		}
+		setClock(t, u, time.Now()) // the scheduler sees the trigger first at "now"
+		boundary := time.Now().UTC().Truncate(5 * time.Minute).Add(5 * time.Minute)
+		setClock(t, u, boundary.Add(30*time.Second))
+		var tr *apiv1.Trigger
+		waitFor(t, 30*time.Second, func() bool {
+			inv, _ := u.c.Invocations(ctx, "ticker")
+			tr, _ = u.c.GetTrigger(ctx, "every5")
+			return len(inv) == 1 && inv[0].Status == 200 && strings.HasPrefix(inv[0].RequestID, "cron-every5-")
+		}, "the cron run to be recorded")
+		if tr.Status.LastScheduleTime == nil || !tr.Status.LastScheduleTime.Equal(boundary) {
+			t.Errorf("last_schedule_time %v, want %v", tr.Status.LastScheduleTime, boundary)
+		}
+		// The same time again does not fire twice.
+		setClock(t, u, boundary.Add(40*time.Second))
+		time.Sleep(time.Second)
+		if inv, _ := u.c.Invocations(ctx, "ticker"); len(inv) != 1 {
+			t.Errorf("%d runs for one scheduled time", len(inv))
+		}
+	})
+
+	t.Run("bad input changes nothing", func(t *testing.T) {
+		before, _ := u.c.GetFunction(ctx, "py")
+		code := uploadRaw(t, u, u.token, "py", zipFiles(t, map[string]string{"../../escape.py": "x"}))
+		if code != 400 {
+			t.Errorf("zip slip: %d", code)
+		}
+		secret := make([]byte, 32)
+		other, _ := auth.IssueHS256(secret, "dev", time.Hour)
+		if code := uploadRaw(t, u, other, "py", zipFiles(t, map[string]string{"handler.py": "x"})); code != 401 {
+			t.Errorf("forged token: %d", code)
+		}
+		mallory, _ := auth.IssueHS256(devSecret(t, u), "mallory", time.Hour)
+		if code := uploadRaw(t, u, mallory, "py", zipFiles(t, map[string]string{"handler.py": "x"})); code != 404 {
+			t.Errorf("another tenant: %d", code)
+		}
+		after, _ := u.c.GetFunction(ctx, "py")
+		if after.Status.CodeSHA256 != before.Status.CodeSHA256 || after.Status.Image != before.Status.Image {
+			t.Errorf("function changed: %+v -> %+v", before.Status, after.Status)
+		}
+	})
+
+	t.Run("restart restores everything", func(t *testing.T) {
+		before := containersOf("py")
+		py, _ := u.c.GetFunction(ctx, "py")
+		u.stop()
+		// An orphan of this instance (its function no longer exists) and a container of another
+		// instance: the restart removes the first and leaves the second alone.
+		sum := sha256.Sum256([]byte(dataDir))
+		inst := hex.EncodeToString(sum[:])[:12]
+		for _, c := range []struct{ name, instance string }{{"sless-test-orphan", inst}, {"sless-test-foreign", "0123456789ab"}} {
+			args := append([]string{"run", "-d", "--name", c.name, "--label", "dev.sless.instance=" + c.instance, "--label", "dev.sless.role=function",
+				"--label", "dev.sless.namespace=" + ns, "--label", "dev.sless.function=ghost"}, testenv.PodmanRunFlags...)
+			args = append(args, "--entrypoint", "sleep", py.Status.Image, "300")
+			if out, err := podman.Command(ctx, args...).CombinedOutput(); err != nil {
+				t.Fatalf("starting %s: %v %s", c.name, err, out)
+			}
+		}
+		defer podman.Command(context.Background(), "rm", "-f", "-t", "0", "sless-test-foreign").Run()
+		if cs := containersOf("py"); len(cs) != 1 || cs[0] != before[0] {
+			t.Fatalf("containers after stop: %v (before %v): they must keep running", cs, before)
+		}
+		u = startUp(t, dataDir, listen, regAddr)
+		waitFor(t, 30*time.Second, func() bool { c, b := u.get(fnPath("py")); return c == 200 && strings.Contains(b, `"v": 3`) }, "py after restart")
+		if cs := containersOf("py"); len(cs) != 1 || cs[0] != before[0] {
+			t.Errorf("containers after restart: %v, want the adopted %v", cs, before)
+		}
+		if c, _ := u.get(fnPath("js")); c != 200 {
+			t.Errorf("js after restart: %d", c)
+		}
+		ghosts := strings.Fields(string(mustOutput(t, podman.Command(ctx, "ps", "-a", "--filter", "label=dev.sless.function=ghost", "--format", "{{.Names}}"))))
+		if len(ghosts) != 1 || ghosts[0] != "sless-test-foreign" {
+			t.Errorf("after restart the ghost containers are %v; want only the other instance's", ghosts)
+		}
+		if j, _ := u.c.GetJob(ctx, "sum"); j == nil || j.Status.LastRunID != 2 {
+			t.Errorf("job after restart: %+v", j)
+		}
+		if tr, _ := u.c.GetTrigger(ctx, "every5"); tr == nil || tr.Status.LastScheduleTime == nil {
+			t.Errorf("trigger after restart: %+v", tr)
+		}
+		if inv, _ := u.c.Invocations(ctx, "ticker"); len(inv) != 1 {
+			t.Errorf("invocations after restart: %v", inv)
+		}
+	})
+
+	t.Run("delete leaves nothing", func(t *testing.T) {
+		f, _ := u.c.GetFunction(ctx, "js")
+		if err := u.c.DeleteFunction(ctx, "js"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 20*time.Second, func() bool { return len(containersOf("js")) == 0 }, "the js container to go")
+		waitFor(t, 10*time.Second, func() bool {
+			resp, err := http.Head("http://" + regAddr + "/v2/" + ns + "/js/manifests/" + f.Status.Image[strings.Index(f.Status.Image, "@")+1:])
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == 404
+		}, "the image to be deleted from the registry")
+		if entries, _ := os.ReadDir(filepath.Join(dataDir, "code", "code", ns, "js")); len(entries) != 0 {
+			t.Errorf("stored code left: %v", entries)
+		}
+		if c, _ := u.get(fnPath("js")); c != 404 {
+			t.Errorf("/fn/ after delete: %d", c)
+		}
+	})
+	u.stop()
+}
+
+func mustOutput(t *testing.T, cmd *exec.Cmd) []byte {
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %v", cmd.Args, err)
+	}
+	return out
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func waitJob(t *testing.T, u *up, name string, runID int64) *apiv1.Job {
+	t.Helper()
+	var j *apiv1.Job
+	waitFor(t, 60*time.Second, func() bool {
+		j, _ = u.c.GetJob(context.Background(), name)
+		return j != nil && j.Status.LastRunID == runID && (j.Status.Phase == apiv1.JobSucceeded || j.Status.Phase == apiv1.JobFailed)
+	}, "job "+name)
+	return j
+}
+
+func setClock(t *testing.T, u *up, at time.Time) {
+	t.Helper()
+	resp, err := http.Post(u.url+"/debug/clock?time="+at.UTC().Format(time.RFC3339), "", nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("setting the clock: %v %v", err, resp)
+	}
+	resp.Body.Close()
+}
+
+func uploadRaw(t *testing.T, u *up, token, name string, z []byte) int {
+	req, _ := http.NewRequest("POST", u.url+"/v1/namespaces/"+u.c.Namespace()+"/functions/"+name+"/upload", bytes.NewReader(z))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/zip")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func devSecret(t *testing.T, u *up) []byte {
+	b, err := os.ReadFile(filepath.Join(u.dataDir, "dev-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.TrimSpace(b)
+}
+
+var _ = errors.New
