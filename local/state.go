@@ -178,7 +178,7 @@ func (s *boltStore[T]) changed(ns, name string) {
 
 // namespaces is the set of ensured namespaces.
 type namespaces struct {
-	db      *bolt.DB
+	db       *bolt.DB
 	onDelete func(ns string) error
 }
 
@@ -231,7 +231,9 @@ type buildState struct {
 	Images []string `json:"images,omitempty"`
 }
 
-func (bs buildState) key() string { return bs.CodeSHA256 + "|" + bs.Runtime + "|" + bs.Entrypoint + "|" + bs.RuntimeRef }
+func (bs buildState) key() string {
+	return bs.CodeSHA256 + "|" + bs.Runtime + "|" + bs.Entrypoint + "|" + bs.RuntimeRef
+}
 
 func getBuild(db *bolt.DB, ns, name string) (buildState, error) {
 	var bs buildState

@@ -217,7 +217,9 @@ func TestSlessUp(t *testing.T) {
 		out, _ := podman.Command(ctx, "ps", "-a", "--filter", "label=dev.sless.function="+name, "--filter", "label=dev.sless.namespace="+ns, "--format", "{{.Names}}").Output()
 		return strings.Fields(string(out))
 	}
-	t.Cleanup(func() { podman.Command(context.Background(), "rm", "-f", "-t", "1", "-a", "--filter", "label=dev.sless.namespace="+ns).Run() })
+	t.Cleanup(func() {
+		podman.Command(context.Background(), "rm", "-f", "-t", "1", "-a", "--filter", "label=dev.sless.namespace="+ns).Run()
+	})
 
 	t.Run("deploy python and node", func(t *testing.T) {
 		f := u.deploy(t, "py", "python3.11", map[string]string{"handler.py": pyHello})
