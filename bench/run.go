@@ -50,6 +50,11 @@ func run(ctx context.Context, c config) error {
 			return fmt.Errorf("proxy: %w", err)
 		}
 	}
+	if want["up"] {
+		if err := benchUp(ctx, c, work, slessBin); err != nil {
+			return fmt.Errorf("sless up: %w", err)
+		}
+	}
 	if !want["builder"] && !want["runtimes"] {
 		return nil
 	}

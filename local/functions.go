@@ -107,7 +107,12 @@ func (p *Platform) reconcileFunction(ctx context.Context, ns, fname string) erro
 		p.mu.Lock()
 		p.routes[ns+"/"+fname] = inst // the switch: new requests go to the new container from here on
 		p.mu.Unlock()
+		err = p.setStatus(ctx, ns, fname, func(s *apiv1.FunctionStatus) {
+			s.Phase, s.Message, s.Image = apiv1.PhaseReady, "", bs.Image
+		})
+		// The old container gets SIGTERM and finishes what it is serving; Ready does not wait for it.
 		p.stopFunction(ctx, ns, fname, cname)
+		return err
 	}
 	return p.setStatus(ctx, ns, fname, func(s *apiv1.FunctionStatus) {
 		s.Phase, s.Message, s.Image = apiv1.PhaseReady, "", bs.Image
