@@ -92,12 +92,12 @@ func (p *Platform) reconcileFunction(ctx context.Context, ns, fname string) erro
 	}
 
 	env := runEnv(fn)
-	cname := containerName(ns, fname, bs.Image, env)
+	cname := containerName(ns, fname, bs.Image, env, fn.MemoryMB)
 	p.mu.RLock()
 	cur := p.routes[ns+"/"+fname]
 	p.mu.RUnlock()
 	if cur == nil || cur.name != cname || !p.healthy(ctx, cur) {
-		inst, err := p.startFunction(ctx, ns, fname, bs.Image, cname, env)
+		inst, err := p.startFunction(ctx, ns, fname, bs.Image, cname, env, fn.MemoryMB)
 		if err != nil {
 			// The previous container, if any, keeps serving.
 			return p.setStatus(ctx, ns, fname, func(s *apiv1.FunctionStatus) {
@@ -198,10 +198,11 @@ func runEnv(fn apiv1.Function) map[string]string {
 }
 
 // containerName is sless-<ns>-<name>-<digest12>-<config6>: an update (new digest) or a new run
-// configuration starts a container beside the old one.
-func containerName(ns, fname, image string, env map[string]string) string {
+// configuration (env vars, timeout, memory) starts a container beside the old one.
+func containerName(ns, fname, image string, env map[string]string, memoryMB int) string {
 	_, digest, _ := strings.Cut(image, "@sha256:")
 	h := sha256.New()
+	fmt.Fprintf(h, "memory=%d\n", memoryMB)
 	for _, k := range sortedKeys(env) {
 		fmt.Fprintf(h, "%s=%s\n", k, env[k])
 	}
@@ -209,7 +210,7 @@ func containerName(ns, fname, image string, env map[string]string) string {
 }
 
 // startFunction runs (or adopts) the container and waits until /health answers.
-func (p *Platform) startFunction(ctx context.Context, ns, fname, image, cname string, env map[string]string) (*instance, error) {
+func (p *Platform) startFunction(ctx context.Context, ns, fname, image, cname string, env map[string]string, memoryMB int) (*instance, error) {
 	if inst := p.adopt(ctx, cname); inst != nil {
 		return inst, nil
 	}
@@ -221,7 +222,7 @@ func (p *Platform) startFunction(ctx context.Context, ns, fname, image, cname st
 	env["PORT"] = strconv.Itoa(port)
 	labels := map[string]string{labelInstance: p.instance, labelNamespace: ns, labelFunction: fname,
 		labelPort: strconv.Itoa(port), labelRole: "function"}
-	if err := p.podman.start(ctx, containerSpec{name: cname, image: image, labels: labels, env: env, detach: true}); err != nil {
+	if err := p.podman.start(ctx, containerSpec{name: cname, image: image, labels: labels, env: env, detach: true, memoryMB: memoryMB}); err != nil {
 		return nil, fmt.Errorf("starting the container: %w", err)
 	}
 	u, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(port))

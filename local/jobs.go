@@ -62,7 +62,7 @@ func (p *Platform) reconcileJob(ctx context.Context, ns, jname string) error {
 	p.jobWG.Add(1)
 	go func() {
 		defer p.jobWG.Done()
-		ok, msg := p.runOnce(context.WithoutCancel(ctx), cname, bs.Image, labels, env, true)
+		ok, msg := p.runOnce(context.WithoutCancel(ctx), containerSpec{name: cname, image: bs.Image, labels: labels, env: env, detach: true, memoryMB: fn.MemoryMB}, true)
 		p.finishJob(ns, jname, runID, ok, msg)
 	}()
 	return nil
@@ -85,10 +85,11 @@ func (p *Platform) finishJob(ns, jname string, runID int64, ok bool, msg string)
 
 // runOnce runs a job-mode container to completion (or attaches to it after a restart) and returns
 // whether it succeeded and its message: the result (last stdout line) or the error (stderr tail).
-func (p *Platform) runOnce(ctx context.Context, cname, image string, labels, env map[string]string, start bool) (bool, string) {
+func (p *Platform) runOnce(ctx context.Context, spec containerSpec, start bool) (bool, string) {
+	cname := spec.name
 	if start {
 		p.podman.remove(ctx, cname)
-		if err := p.podman.start(ctx, containerSpec{name: cname, image: image, labels: labels, env: env, detach: true}); err != nil {
+		if err := p.podman.start(ctx, spec); err != nil {
 			return false, err.Error()
 		}
 	}

@@ -74,6 +74,8 @@ type containerSpec struct {
 	env    map[string]string
 	detach bool
 	rm     bool
+	// memoryMB limits the container's memory (the function's memory_mb); 0 means no limit.
+	memoryMB int
 }
 
 func (p *podman) start(ctx context.Context, s containerSpec) error {
@@ -85,6 +87,9 @@ func (p *podman) start(ctx context.Context, s containerSpec) error {
 		args = append(args, "--rm")
 	}
 	args = append(args, runFlags...)
+	if s.memoryMB > 0 {
+		args = append(args, "--memory", fmt.Sprintf("%dm", s.memoryMB))
+	}
 	for _, k := range sortedKeys(s.labels) {
 		args = append(args, "--label", k+"="+s.labels[k])
 	}

@@ -50,7 +50,7 @@ func (p *Platform) recover(ctx context.Context) error {
 			p.jobWG.Add(1)
 			go func() {
 				defer p.jobWG.Done()
-				ok, msg := p.runOnce(context.WithoutCancel(ctx), cname, "", nil, nil, false)
+				ok, msg := p.runOnce(context.WithoutCancel(ctx), containerSpec{name: cname}, false)
 				p.finishJob(ns, j.Name, j.Status.LastRunID, ok, msg)
 			}()
 		}

@@ -238,6 +238,9 @@ func TestSlessUp(t *testing.T) {
 		if len(cs) != 1 || !strings.HasPrefix(cs[0], "sless-"+ns+"-py-") {
 			t.Errorf("containers %v", cs)
 		}
+		if mem := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "inspect", cs[0], "--format", "{{.HostConfig.Memory}}")))); mem != "134217728" {
+			t.Errorf("memory limit %s, want memory_mb 128 = 134217728", mem)
+		}
 		// The user's env vars are not in the image: they are set at run time.
 		if strings.Contains(string(mustOutput(t, podman.Command(ctx, "image", "inspect", f.Status.Image, "--format", "{{.Config.Env}}"))), "GREETING") {
 			t.Error("env vars were baked into the image")
@@ -285,9 +288,8 @@ func TestSlessUp(t *testing.T) {
 		if f.Status.Phase != apiv1.PhaseReady || failed.Load() != 0 || sawNew.Load() == 0 {
 			t.Errorf("phase %s: %d ok, %d failed (first: %v), %d answered by the new code", f.Status.Phase, ok.Load(), failed.Load(), firstErr.Load(), sawNew.Load())
 		}
-		if cs := containersOf("py"); len(cs) != 1 {
-			t.Errorf("after the switch: containers %v", cs)
-		}
+		// The old container is removed after the switch (it first finishes what it serves).
+		waitFor(t, 15*time.Second, func() bool { return len(containersOf("py")) == 1 }, "the old container to be removed")
 	})
 
 	t.Run("a handler that fails to load", func(t *testing.T) {
