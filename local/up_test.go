@@ -6,10 +6,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,125 +24,26 @@ import (
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
-var slessBin string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sless-up-test-")
-	if err != nil {
-		panic(err)
-	}
-	slessBin = filepath.Join(dir, "sless")
-	if out, err := exec.Command("go", "build", "-o", slessBin, "../cmd/sless").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building sless: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// up is one real `sless up` process.
+// up is a real `sless up` process (internal/testenv) with the helpers these tests use.
 type up struct {
-	t        *testing.T
-	cmd      *exec.Cmd
-	dataDir  string
-	listen   string
-	regAddr  string
-	url      string
-	c        *client.Client
-	token    string
-	done     chan struct{}
-	stderr   *bytes.Buffer
-	stderrMu *sync.Mutex
+	*testenv.SlessUp
+	c       *client.Client
+	token   string
+	url     string
+	dataDir string
 }
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-type syncBuf struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (s syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func freeAddr(t *testing.T) string { return testenv.FreeAddr(t) }
 
 func startUp(t *testing.T, dataDir, listen, regAddr string) *up {
 	t.Helper()
-	if _, err := exec.LookPath("podman"); err != nil {
-		testenv.Missing(t, "podman", err)
-	}
-	if _, err := os.Stat(filepath.Join(testenv.CacheDir(), "bases", "python3.11", "index.json")); err != nil {
-		testenv.Missing(t, "base images (hack/build-bases.sh python3.11 nodejs20)", err)
-	}
-	u := &up{t: t, dataDir: dataDir, listen: listen, regAddr: regAddr, url: "http://" + listen, done: make(chan struct{}),
-		stderr: &bytes.Buffer{}, stderrMu: &sync.Mutex{}}
-	u.cmd = exec.Command(slessBin, "up", "--data-dir", dataDir, "--listen", listen, "--registry-listen", regAddr,
-		"--test-clock", "--bases-script", "", "--podman-root", filepath.Join(testenv.CacheDir(), "podman"),
-		"--bases-dir", filepath.Join(testenv.CacheDir(), "bases"))
-	u.cmd.Stdout = io.Discard
-	u.cmd.Stderr = syncBuf{u.stderrMu, u.stderr}
-	if err := u.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { u.cmd.Wait(); close(u.done) }()
-	deadline := time.Now().Add(120 * time.Second)
-	for {
-		if resp, err := http.Get(u.url + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		select {
-		case <-u.done:
-			t.Fatalf("sless up exited:\n%s", u.logTail())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sless up not ready within 120 s:\n%s", u.logTail())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	tok, err := os.ReadFile(filepath.Join(dataDir, "dev-token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.token = strings.TrimSpace(string(tok))
-	if u.c, err = client.New(u.url, u.token); err != nil {
-		t.Fatal(err)
-	}
-	if err := u.c.EnsureNamespace(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return u
+	s := testenv.StartSlessUp(t, dataDir, listen, regAddr)
+	return &up{SlessUp: s, c: s.Client, token: s.Token, url: s.URL, dataDir: dataDir}
 }
 
-func (u *up) logTail() string {
-	u.stderrMu.Lock()
-	defer u.stderrMu.Unlock()
-	s := u.stderr.String()
-	if len(s) > 4000 {
-		s = s[len(s)-4000:]
-	}
-	return s
-}
-
-// stop sends SIGTERM and waits.
-func (u *up) stop() {
-	u.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-u.done:
-	case <-time.After(30 * time.Second):
-		u.cmd.Process.Kill()
-		u.t.Error("sless up did not stop within 30 s of SIGTERM")
-	}
-}
+func (u *up) logTail() string               { return u.LogTail() }
+func (u *up) stop()                         { u.Stop() }
+func (u *up) get(path string) (int, string) { return u.Get(path) }
 
 func zipFiles(t *testing.T, files map[string]string) []byte {
 	var buf bytes.Buffer
@@ -193,16 +91,6 @@ func (u *up) waitCode(t *testing.T, name, sha string) *apiv1.Function {
 	}
 }
 
-func (u *up) get(path string) (int, string) {
-	resp, err := http.Get(u.url + path)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 const pyHello = "import os\ndef handle(event):\n    return {'v': 1, 'greeting': os.environ.get('GREETING'), 'path': event['path']}\n"
 
 func TestSlessUp(t *testing.T) {
@@ -210,6 +98,7 @@ func TestSlessUp(t *testing.T) {
 	dataDir := t.TempDir()
 	listen, regAddr := freeAddr(t), freeAddr(t)
 	u := startUp(t, dataDir, listen, regAddr)
+	outer := t // the restarted process must outlive the subtest that restarts it
 	ctx := context.Background()
 	ns := u.c.Namespace()
 	fnPath := func(name string) string { return "/fn/" + ns + "/" + name }
@@ -414,7 +303,7 @@ func TestSlessUp(t *testing.T) {
 		if cs := containersOf("py"); len(cs) != 1 || cs[0] != before[0] {
 			t.Fatalf("containers after stop: %v (before %v): they must keep running", cs, before)
 		}
-		u = startUp(t, dataDir, listen, regAddr)
+		u = startUp(outer, dataDir, listen, regAddr)
 		waitFor(t, 30*time.Second, func() bool { c, b := u.get(fnPath("py")); return c == 200 && strings.Contains(b, `"v": 3`) }, "py after restart")
 		if cs := containersOf("py"); len(cs) != 1 || cs[0] != before[0] {
 			t.Errorf("containers after restart: %v, want the adopted %v", cs, before)
@@ -519,4 +408,3 @@ func devSecret(t *testing.T, u *up) []byte {
 	return bytes.TrimSpace(b)
 }
 
-var _ = errors.New

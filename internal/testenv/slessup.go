@@ -1,0 +1,157 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sless-dev/sless/api/client"
+)
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// SlessBinary builds cmd/sless once per test process.
+func SlessBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sless-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "sless")
+		cmd := exec.Command("go", "build", "-o", builtBin, "./cmd/sless")
+		cmd.Dir = moduleRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("building sless: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+// SlessUp is a real `sless up` process for a test.
+type SlessUp struct {
+	t       testing.TB
+	cmd     *exec.Cmd
+	DataDir string
+	Listen  string
+	RegAddr string
+	URL     string
+	Token   string
+	Client  *client.Client
+	done    chan struct{}
+	log     *lockedBuffer
+}
+
+// FreeAddr is a free 127.0.0.1:port.
+func FreeAddr(t testing.TB) string {
+	return fmt.Sprintf("127.0.0.1:%d", freePort(t))
+}
+
+// StartSlessUp runs `sless up` on dataDir (with --test-clock) until the test ends or Stop, waits
+// for /readyz and ensures the dev user's namespace. It needs podman and the base images.
+func StartSlessUp(t testing.TB, dataDir, listen, regAddr string) *SlessUp {
+	t.Helper()
+	if _, err := exec.LookPath("podman"); err != nil {
+		Missing(t, "podman", err)
+	}
+	bases := filepath.Join(CacheDir(), "bases")
+	for _, rt := range []string{"python3.11", "nodejs20"} {
+		if _, err := os.Stat(filepath.Join(bases, rt, "index.json")); err != nil {
+			Missing(t, "the "+rt+" base image (hack/build-bases.sh)", err)
+		}
+	}
+	u := &SlessUp{t: t, DataDir: dataDir, Listen: listen, RegAddr: regAddr, URL: "http://" + listen, done: make(chan struct{}), log: &lockedBuffer{}}
+	u.cmd = exec.Command(SlessBinary(t), "up", "--data-dir", dataDir, "--listen", listen, "--registry-listen", regAddr,
+		"--test-clock", "--bases-script", "", "--podman-root", filepath.Join(CacheDir(), "podman"), "--bases-dir", bases)
+	u.cmd.Stdout = io.Discard
+	u.cmd.Stderr = u.log
+	if err := u.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { u.cmd.Wait(); close(u.done) }()
+	t.Cleanup(u.Stop)
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		if resp, err := http.Get(u.URL + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		select {
+		case <-u.done:
+			t.Fatalf("sless up exited:\n%s", u.LogTail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sless up not ready within 120 s:\n%s", u.LogTail())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	tok, err := os.ReadFile(filepath.Join(dataDir, "dev-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Token = strings.TrimSpace(string(tok))
+	if u.Client, err = client.New(u.URL, u.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Client.EnsureNamespace(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// LogTail is the end of the process's log.
+func (u *SlessUp) LogTail() string {
+	s := u.log.String()
+	if len(s) > 4000 {
+		s = s[len(s)-4000:]
+	}
+	return s
+}
+
+// Stop sends SIGTERM and waits (function containers keep running, as in production).
+func (u *SlessUp) Stop() {
+	select {
+	case <-u.done:
+		return
+	default:
+	}
+	u.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-u.done:
+	case <-time.After(30 * time.Second):
+		u.cmd.Process.Kill()
+		u.t.Error("sless up did not stop within 30 s of SIGTERM")
+	}
+}
+
+// Get fetches a path of the API (or /fn/) and returns status and body.
+func (u *SlessUp) Get(path string) (int, string) {
+	resp, err := http.Get(u.URL + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+

@@ -1,0 +1,81 @@
+package provider
+
+import (
+	"context"
+
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/sless-dev/sless/api/client"
+)
+
+var _ datasource.DataSource = (*FunctionDataSource)(nil)
+
+// NewFunctionDataSource is the sless_function data source.
+func NewFunctionDataSource() datasource.DataSource { return &FunctionDataSource{} }
+
+// FunctionDataSource reads an existing function.
+type FunctionDataSource struct{ c *client.Client }
+
+type functionDataModel struct {
+	Name       types.String `tfsdk:"name"`
+	Runtime    types.String `tfsdk:"runtime"`
+	Entrypoint types.String `tfsdk:"entrypoint"`
+	MemoryMB   types.Int64  `tfsdk:"memory_mb"`
+	TimeoutSec types.Int64  `tfsdk:"timeout_sec"`
+	Image      types.String `tfsdk:"image"`
+	Phase      types.String `tfsdk:"phase"`
+	CodeSHA256 types.String `tfsdk:"code_sha256"`
+	Namespace  types.String `tfsdk:"namespace"`
+	URL        types.String `tfsdk:"url"`
+}
+
+func (d *FunctionDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_function"
+}
+
+func (d *FunctionDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
+	computed := func(desc string) schema.StringAttribute { return schema.StringAttribute{Computed: true, Description: desc} }
+	resp.Schema = schema.Schema{
+		Description: "Reads a function of the caller's namespace.",
+		Attributes: map[string]schema.Attribute{
+			"name":        schema.StringAttribute{Required: true},
+			"runtime":     computed("python3.11 or nodejs20."),
+			"entrypoint":  computed("module.function or file.export."),
+			"memory_mb":   schema.Int64Attribute{Computed: true},
+			"timeout_sec": schema.Int64Attribute{Computed: true},
+			"image":       computed("The function image, by digest."),
+			"phase":       computed("Pending, Building, Ready or Failed."),
+			"code_sha256": computed("sha256 of the uploaded zip."),
+			"namespace":   computed("The namespace."),
+			"url":         computed("The function's /fn/ URL."),
+		},
+	}
+}
+
+func (d *FunctionDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
+	c, err := clientFrom(req.ProviderData)
+	if err != nil {
+		resp.Diagnostics.AddError("Provider error", err.Error())
+	}
+	d.c = c
+}
+
+func (d *FunctionDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
+	var m functionDataModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	f, err := d.c.GetFunction(ctx, m.Name.ValueString())
+	if err != nil {
+		resp.Diagnostics.AddError("Reading the function failed", err.Error())
+		return
+	}
+	m.Runtime, m.Entrypoint = types.StringValue(f.Runtime), types.StringValue(f.Entrypoint)
+	m.MemoryMB, m.TimeoutSec = types.Int64Value(int64(f.MemoryMB)), types.Int64Value(int64(f.TimeoutSec))
+	m.Image, m.Phase, m.CodeSHA256 = types.StringValue(f.Status.Image), types.StringValue(f.Status.Phase), types.StringValue(f.Status.CodeSHA256)
+	m.Namespace, m.URL = types.StringValue(d.c.Namespace()), types.StringValue(f.Status.URL)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}

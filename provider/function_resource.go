@@ -1,0 +1,322 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/api/client"
+)
+
+var (
+	_ resource.Resource                = (*FunctionResource)(nil)
+	_ resource.ResourceWithImportState = (*FunctionResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*FunctionResource)(nil)
+)
+
+// NewFunctionResource is sless_function.
+func NewFunctionResource() resource.Resource { return &FunctionResource{} }
+
+// FunctionResource deploys one function: its spec, its code, and waits until it serves.
+type FunctionResource struct{ c *client.Client }
+
+type functionModel struct {
+	ID              types.String `tfsdk:"id"`
+	Name            types.String `tfsdk:"name"`
+	Runtime         types.String `tfsdk:"runtime"`
+	Entrypoint      types.String `tfsdk:"entrypoint"`
+	SourceDir       types.String `tfsdk:"source_dir"`
+	CodePath        types.String `tfsdk:"code_path"`
+	CodeHash        types.String `tfsdk:"code_hash"`
+	MemoryMB        types.Int64  `tfsdk:"memory_mb"`
+	TimeoutSec      types.Int64  `tfsdk:"timeout_sec"`
+	EnvVars         types.Map    `tfsdk:"env_vars"`
+	BuildTimeoutSec types.Int64  `tfsdk:"build_timeout_sec"`
+	Image           types.String `tfsdk:"image"`
+	Phase           types.String `tfsdk:"phase"`
+	CodeSHA256      types.String `tfsdk:"code_sha256"`
+	Namespace       types.String `tfsdk:"namespace"`
+	URL             types.String `tfsdk:"url"`
+}
+
+func (r *FunctionResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_function"
+}
+
+func keep() []planmodifier.String { return []planmodifier.String{stringplanmodifier.UseStateForUnknown()} }
+
+func (r *FunctionResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		Description: "A function: its code (source_dir, or code_path with code_hash) is zipped, uploaded, built into an image in-process and served on /fn/{namespace}/{name}. Apply waits until the new code serves.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{Computed: true, PlanModifiers: keep(), Description: "The function's name."},
+			"name": schema.StringAttribute{Required: true, Validators: []validator.String{nameValidator},
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()}, Description: "Name (a DNS-1123 label); changing it replaces the function."},
+			"runtime":    schema.StringAttribute{Required: true, Validators: []validator.String{runtimeValidator}, Description: "python3.11 or nodejs20."},
+			"entrypoint": schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString("handler.handle"), Description: "module.function (python) or file.export (node)."},
+			"source_dir": schema.StringAttribute{Optional: true, Description: "Directory of the code; zipped deterministically, so unchanged files plan no change.",
+				Validators: []validator.String{stringvalidator.ExactlyOneOf(path.MatchRoot("source_dir"), path.MatchRoot("code_path"))}},
+			"code_path":         schema.StringAttribute{Optional: true, Description: "A zip of the code (instead of source_dir)."},
+			"code_hash":         schema.StringAttribute{Optional: true, Description: "With code_path: a hash of the code that changes when it does, e.g. filesha256(...)."},
+			"memory_mb":         schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(128), Description: "Memory limit in MiB (64–8192)."},
+			"timeout_sec":       schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(30), Description: "Per-invocation timeout in seconds (1–900)."},
+			"env_vars":          schema.MapAttribute{Optional: true, ElementType: types.StringType, Description: "Environment variables, set at run time (never baked into the image)."},
+			"build_timeout_sec": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(300), Description: "How long apply waits for the function to be Ready."},
+			"image":             schema.StringAttribute{Computed: true, Description: "The function image, by digest."},
+			"phase":             schema.StringAttribute{Computed: true, Description: "Pending, Building, Ready or Failed."},
+			"code_sha256":       schema.StringAttribute{Computed: true, Description: "sha256 of the uploaded zip."},
+			"namespace":         schema.StringAttribute{Computed: true, PlanModifiers: keep(), Description: "The namespace (from the token's subject)."},
+			"url":               schema.StringAttribute{Computed: true, PlanModifiers: keep(), Description: "The function's /fn/ URL."},
+		},
+	}
+}
+
+func (r *FunctionResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	c, err := clientFrom(req.ProviderData)
+	if err != nil {
+		resp.Diagnostics.AddError("Provider error", err.Error())
+	}
+	r.c = c
+}
+
+// code returns the archive to upload and its sha256.
+func (m functionModel) code() ([]byte, string, error) {
+	if !m.SourceDir.IsNull() {
+		return zipDir(m.SourceDir.ValueString())
+	}
+	return fileSHA256(m.CodePath.ValueString())
+}
+
+// ModifyPlan plans code_sha256 from the files, so a code change is one in-place update and
+// unchanged files plan nothing; the image is unknown only when something baked into it changes.
+func (r *FunctionResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return
+	}
+	var plan functionModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() || plan.SourceDir.IsUnknown() || plan.CodePath.IsUnknown() {
+		return
+	}
+	_, sum, err := plan.code()
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot read the function's code", err.Error())
+		return
+	}
+	plan.CodeSHA256 = types.StringValue(sum)
+	if !req.State.Raw.IsNull() {
+		var state functionModel
+		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+		same := state.CodeSHA256.ValueString() == sum && state.Runtime.Equal(plan.Runtime) && state.Entrypoint.Equal(plan.Entrypoint)
+		if same && state.Phase.ValueString() == apiv1.PhaseReady {
+			plan.Image, plan.Phase = state.Image, state.Phase
+		} else {
+			plan.Image, plan.Phase = types.StringUnknown(), types.StringUnknown()
+		}
+	}
+	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+}
+
+func (m functionModel) spec() (apiv1.Function, error) {
+	f := apiv1.Function{Name: m.Name.ValueString(), Runtime: m.Runtime.ValueString(), Entrypoint: m.Entrypoint.ValueString(),
+		MemoryMB: int(m.MemoryMB.ValueInt64()), TimeoutSec: int(m.TimeoutSec.ValueInt64())}
+	if !m.EnvVars.IsNull() && !m.EnvVars.IsUnknown() {
+		f.EnvVars = map[string]string{}
+		for k, v := range m.EnvVars.Elements() {
+			s, ok := v.(types.String)
+			if !ok || s.IsUnknown() {
+				return f, fmt.Errorf("env_vars[%q] must be a known string", k)
+			}
+			f.EnvVars[k] = s.ValueString()
+		}
+	}
+	return f, nil
+}
+
+// fill copies what the platform reports into the model.
+func (m *functionModel) fill(f *apiv1.Function, ns string) {
+	m.ID = types.StringValue(f.Name)
+	m.Name = types.StringValue(f.Name)
+	m.Runtime = types.StringValue(f.Runtime)
+	m.Entrypoint = types.StringValue(f.Entrypoint)
+	m.MemoryMB = types.Int64Value(int64(f.MemoryMB))
+	m.TimeoutSec = types.Int64Value(int64(f.TimeoutSec))
+	if len(f.EnvVars) > 0 || (!m.EnvVars.IsNull() && !m.EnvVars.IsUnknown()) {
+		env := map[string]types.String{}
+		for k, v := range f.EnvVars {
+			env[k] = types.StringValue(v)
+		}
+		m.EnvVars, _ = types.MapValueFrom(context.Background(), types.StringType, env)
+	}
+	m.Image = types.StringValue(f.Status.Image)
+	m.Phase = types.StringValue(f.Status.Phase)
+	m.CodeSHA256 = types.StringValue(f.Status.CodeSHA256)
+	m.Namespace = types.StringValue(ns)
+	m.URL = types.StringValue(f.Status.URL)
+	if m.BuildTimeoutSec.IsNull() || m.BuildTimeoutSec.IsUnknown() {
+		m.BuildTimeoutSec = types.Int64Value(300)
+	}
+}
+
+// deploy uploads the code when it differs from what the platform has and waits for Ready.
+func (r *FunctionResource) deploy(ctx context.Context, m *functionModel, current string, mustWait bool) error {
+	zip, sum, err := m.code()
+	if err != nil {
+		return err
+	}
+	if !m.CodeSHA256.IsUnknown() && m.CodeSHA256.ValueString() != "" && m.CodeSHA256.ValueString() != sum {
+		return fmt.Errorf("the code changed between plan and apply (sha256 %s, planned %s); run apply again", sum, m.CodeSHA256.ValueString())
+	}
+	name := m.Name.ValueString()
+	if sum != current {
+		if _, err := r.c.Upload(ctx, name, bytes.NewReader(zip), int64(len(zip))); err != nil {
+			return fmt.Errorf("uploading the code: %w", err)
+		}
+		mustWait = true
+	}
+	if !mustWait {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Duration(m.BuildTimeoutSec.ValueInt64())*time.Second)
+	defer cancel()
+	f, err := waitServing(wctx, r.c, name, sum)
+	if f != nil {
+		m.fill(f, r.c.Namespace())
+	}
+	if err != nil {
+		return err
+	}
+	if f.Status.Phase == apiv1.PhaseFailed {
+		return fmt.Errorf("the function failed: %s", f.Status.Message)
+	}
+	return nil
+}
+
+// waitServing polls until the function runs code sha (Ready) or failed, or ctx ends.
+func waitServing(ctx context.Context, c *client.Client, name, sha string) (*apiv1.Function, error) {
+	for {
+		f, err := c.GetFunction(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if f.Status.CodeSHA256 == sha && (f.Status.Phase == apiv1.PhaseReady || f.Status.Phase == apiv1.PhaseFailed) {
+			return f, nil
+		}
+		select {
+		case <-ctx.Done():
+			return f, fmt.Errorf("function %s is still %s after build_timeout_sec (%s)", name, f.Status.Phase, f.Status.Message)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (r *FunctionResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var m functionModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	spec, err := m.spec()
+	if err != nil {
+		resp.Diagnostics.AddError("Invalid env_vars", err.Error())
+		return
+	}
+	f, err := r.c.CreateFunction(ctx, spec)
+	if client.IsAlreadyExists(err) {
+		resp.Diagnostics.AddError("Function already exists",
+			fmt.Sprintf("%q exists in namespace %s; import it with: terraform import <address> %s", spec.Name, r.c.Namespace(), spec.Name))
+		return
+	}
+	if err != nil {
+		resp.Diagnostics.AddError("Creating the function failed", err.Error())
+		return
+	}
+	m.fill(f, r.c.Namespace())
+	err = r.deploy(ctx, &m, "", true)
+	// The function exists even if its build failed: keep it in state (Terraform taints it).
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	if err != nil {
+		resp.Diagnostics.AddError("Deploying the function failed", err.Error())
+	}
+}
+
+func (r *FunctionResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var m functionModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	f, err := r.c.GetFunction(ctx, m.Name.ValueString())
+	if client.IsNotFound(err) {
+		resp.State.RemoveResource(ctx) // deleted out of band: the next plan re-creates it
+		return
+	}
+	if err != nil {
+		resp.Diagnostics.AddError("Reading the function failed", err.Error())
+		return
+	}
+	m.fill(f, r.c.Namespace())
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+func (r *FunctionResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var m, state functionModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	spec, err := m.spec()
+	if err != nil {
+		resp.Diagnostics.AddError("Invalid env_vars", err.Error())
+		return
+	}
+	f, err := r.c.UpdateFunction(ctx, spec)
+	if err != nil {
+		resp.Diagnostics.AddError("Updating the function failed", err.Error())
+		return
+	}
+	planned := m.CodeSHA256
+	m.fill(f, r.c.Namespace())
+	m.CodeSHA256 = planned
+	rebuild := !state.Runtime.Equal(m.Runtime) || !state.Entrypoint.Equal(m.Entrypoint)
+	err = r.deploy(ctx, &m, state.CodeSHA256.ValueString(), rebuild)
+	if err == nil {
+		if f, err = r.c.GetFunction(ctx, spec.Name); err == nil {
+			m.fill(f, r.c.Namespace())
+		}
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	if err != nil {
+		resp.Diagnostics.AddError("Deploying the function failed", err.Error())
+	}
+}
+
+func (r *FunctionResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var m functionModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if err := r.c.DeleteFunction(ctx, m.Name.ValueString()); err != nil && !client.IsNotFound(err) {
+		resp.Diagnostics.AddError("Deleting the function failed", err.Error())
+	}
+}
+
+func (r *FunctionResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	resource.ImportStatePassthroughID(ctx, path.Root("name"), req, resp)
+	resource.ImportStatePassthroughID(ctx, path.Root("id"), req, resp)
+}
