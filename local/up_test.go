@@ -407,4 +407,3 @@ func devSecret(t *testing.T, u *up) []byte {
 	}
 	return bytes.TrimSpace(b)
 }
-

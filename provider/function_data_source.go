@@ -36,7 +36,9 @@ func (d *FunctionDataSource) Metadata(_ context.Context, req datasource.Metadata
 }
 
 func (d *FunctionDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
-	computed := func(desc string) schema.StringAttribute { return schema.StringAttribute{Computed: true, Description: desc} }
+	computed := func(desc string) schema.StringAttribute {
+		return schema.StringAttribute{Computed: true, Description: desc}
+	}
 	resp.Schema = schema.Schema{
 		Description: "Reads a function of the caller's namespace.",
 		Attributes: map[string]schema.Attribute{

@@ -56,7 +56,9 @@ func (r *FunctionResource) Metadata(_ context.Context, req resource.MetadataRequ
 	resp.TypeName = req.ProviderTypeName + "_function"
 }
 
-func keep() []planmodifier.String { return []planmodifier.String{stringplanmodifier.UseStateForUnknown()} }
+func keep() []planmodifier.String {
+	return []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
+}
 
 func (r *FunctionResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	resp.Schema = schema.Schema{

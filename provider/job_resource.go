@@ -175,4 +175,3 @@ func (r *JobResource) ImportState(ctx context.Context, req resource.ImportStateR
 	resource.ImportStatePassthroughID(ctx, path.Root("name"), req, resp)
 	resource.ImportStatePassthroughID(ctx, path.Root("id"), req, resp)
 }
-

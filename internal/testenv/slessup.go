@@ -154,4 +154,3 @@ func (u *SlessUp) Get(path string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
-
