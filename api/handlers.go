@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -165,7 +166,13 @@ func (s *Server) updateFunction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := s.b.Functions.Update(r.Context(), ns, name, func(cur *apiv1.Function) error {
+		changed := cur.Runtime != f.Runtime || cur.Entrypoint != f.Entrypoint || cur.MemoryMB != f.MemoryMB ||
+			cur.TimeoutSec != f.TimeoutSec || !maps.Equal(cur.EnvVars, f.EnvVars)
 		cur.Runtime, cur.Entrypoint, cur.MemoryMB, cur.TimeoutSec, cur.EnvVars = f.Runtime, f.Entrypoint, f.MemoryMB, f.TimeoutSec, f.EnvVars
+		if changed && cur.Status.CodeSHA256 != "" {
+			// The backend rolls the change out and sets Ready again; clients wait for that.
+			cur.Status.Phase, cur.Status.Message = apiv1.PhasePending, "configuration changed; rolling out"
+		}
 		return nil
 	})
 	if err != nil {

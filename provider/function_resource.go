@@ -294,8 +294,11 @@ func (r *FunctionResource) Update(ctx context.Context, req resource.UpdateReques
 	planned := m.CodeSHA256
 	m.fill(f, r.c.Namespace())
 	m.CodeSHA256 = planned
-	rebuild := !state.Runtime.Equal(m.Runtime) || !state.Entrypoint.Equal(m.Entrypoint)
-	err = r.deploy(ctx, &m, state.CodeSHA256.ValueString(), rebuild)
+	// Any spec change is rolled out by the platform (a rebuild, or a restart with new env vars or
+	// limits): wait until the function serves it.
+	changed := !state.Runtime.Equal(m.Runtime) || !state.Entrypoint.Equal(m.Entrypoint) || !state.MemoryMB.Equal(m.MemoryMB) ||
+		!state.TimeoutSec.Equal(m.TimeoutSec) || !state.EnvVars.Equal(m.EnvVars)
+	err = r.deploy(ctx, &m, state.CodeSHA256.ValueString(), changed)
 	if err == nil {
 		if f, err = r.c.GetFunction(ctx, spec.Name); err == nil {
 			m.fill(f, r.c.Namespace())
