@@ -4,12 +4,18 @@ GO ?= go
 BIN := bin
 export SLESS_CACHE ?= $(HOME)/.cache/sless
 
-.PHONY: all build test bench fmt vet tools demo lint clean
+.PHONY: all build test bench fmt vet tools demo lint clean e2e
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/sless ./cmd/sless
+	$(GO) build -o $(BIN)/terraform-provider-sless ./cmd/terraform-provider-sless
+
+# Applies every examples/ configuration with the real terraform CLI against a fresh sless up
+# (also part of make test).
+e2e: tools
+	@PATH="$(SLESS_CACHE)/bin:$$PATH" SLESS_REQUIRE_REAL=1 $(GO) test -count=1 -v -run TestExamples ./provider/
 
 # Debian packages, Go tools and base images the tests need (idempotent, cached under $(SLESS_CACHE)).
 tools:

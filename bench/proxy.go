@@ -36,7 +36,7 @@ func benchProxy(ctx context.Context, c config, work string) error {
 		return err
 	}
 	fn := exec.CommandContext(ctx, "python3", filepath.Join(root, "runtimes", "python3.11", "server.py"))
-	fn.Env = append(os.Environ(), "FUNCTION_DIR="+filepath.Join(root, "examples", "hello-python"),
+	fn.Env = append(os.Environ(), "FUNCTION_DIR="+filepath.Join(root, "examples", "hello-python", "code"),
 		fmt.Sprintf("PORT=%d", port), "HOST=127.0.0.1")
 	fn.Stdout = io.Discard
 	if err := fn.Start(); err != nil {

@@ -45,7 +45,7 @@ func benchRuntimes(ctx context.Context, c config, work, reg string) error {
 		if err != nil {
 			return err
 		}
-		fres, err := b.Build(ctx, oci.Source{RuntimeImage: runtimeRef.String(), Dir: os.DirFS(filepath.Join(root, "examples", tc.example)), Handler: "handler.handle"})
+		fres, err := b.Build(ctx, oci.Source{RuntimeImage: runtimeRef.String(), Dir: os.DirFS(filepath.Join(root, "examples", tc.example, "code")), Handler: "handler.handle"})
 		if err != nil {
 			return err
 		}

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # make demo: the platform on its embedded defaults. Starts `sless up` (API, /fn/ proxy, embedded
 # CNCF Distribution registry, in-process builder, podman runner) in the background, deploys
-# examples/hello-python and examples/hello-node through the API, calls them on /fn/, shows an image
-# with crane, changes one line and redeploys (timing the rebuild and the switch), and leaves the
-# platform running.
+# examples/hello-python and examples/hello-node with Terraform (the provider at the seed's address
+# through dev_overrides), calls them on /fn/, shows an image with crane, changes one line and applies
+# again (timing the rebuild and the switch), and leaves the platform running.
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT_DIR"
 DEMO=${SLESS_DEMO_DIR:-$SLESS_CACHE/demo}
 DATA="$DEMO/data"
 mkdir -p "$DEMO"
 CRANE=$(go_install_cached crane "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION")
-log "building sless"
+TERRAFORM=$(go_install_cached terraform "github.com/hashicorp/terraform@$TERRAFORM_VERSION")
+log "building sless and terraform-provider-sless"
 go build -o bin/sless ./cmd/sless
+go build -o bin/terraform-provider-sless ./cmd/terraform-provider-sless
 "$HACK_DIR/build-bases.sh" python3.11 nodejs20 >/dev/null
 
 # A previous demo is stopped first (its functions are adopted by the new one).
@@ -19,6 +21,9 @@ if [ -f "$DEMO/sless.pid" ] && kill -0 "$(cat "$DEMO/sless.pid")" 2>/dev/null; t
   log "stopping the previous demo (pid $(cat "$DEMO/sless.pid"))"
   kill "$(cat "$DEMO/sless.pid")"; while kill -0 "$(cat "$DEMO/sless.pid")" 2>/dev/null; do sleep 0.2; done
 fi
+# Each demo starts from a clean data dir; the previous demo's containers are this instance's orphans
+# then, and sless up removes them at start.
+rm -rf "$DATA"
 free_or() { # the default address if free, else a free port on 127.0.0.1
   python3 - "$1" <<'PY'
 import socket, sys
@@ -50,42 +55,39 @@ NS=$(python3 -c "import hashlib; print('sless-' + hashlib.sha256(b'dev').hexdige
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {}, {'d': d}))" "$1"; }
 curl -sf -XPOST -H "$AUTH" "$E/v1/namespaces/$NS/ensure" >/dev/null
 
-deploy() { # NAME RUNTIME DIR: create (once), upload a zip, wait for Ready; prints the function JSON
-  local name=$1 runtime=$2 dir=$3 zip="$DEMO/$1.zip"
-  curl -s -XPOST -H "$AUTH" "$E/v1/namespaces/$NS/functions" -d "{\"name\":\"$name\",\"runtime\":\"$runtime\"}" >/dev/null
-  rm -f "$zip"; (cd "$dir" && python3 -m zipfile -c "$zip" $(ls))
-  local sha; sha=$(curl -sf -XPOST -H "$AUTH" -H "Content-Type: application/zip" --data-binary @"$zip" \
-    "$E/v1/namespaces/$NS/functions/$name/upload" | json 'd["code_sha256"]')
-  for i in $(seq 1 600); do
-    local f; f=$(curl -sf -H "$AUTH" "$E/v1/namespaces/$NS/functions/$name")
-    case "$(echo "$f" | json 'd["status"]["code_sha256"] + " " + d["status"]["phase"] + " " + d["status"].get("message","")')" in
-      "$sha Ready ") echo "$f"; return 0;;
-      *Failed*) die "$name failed: $(echo "$f" | json 'd["status"]["message"]')";;
-    esac
-    sleep 0.05
-  done
-  die "$name did not become Ready"
+# Terraform uses the provider just built, at the seed's source address (dev_overrides: no init).
+cat > "$DEMO/terraformrc" <<RC
+provider_installation {
+  dev_overrides { "terra.k8c.ru/naeel/sless" = "$ROOT_DIR/bin" }
+  direct {}
 }
+RC
+export TF_CLI_CONFIG_FILE="$DEMO/terraformrc" CHECKPOINT_DISABLE=1 TF_IN_AUTOMATION=1
+export SLESS_ENDPOINT="$E" SLESS_API_TOKEN="$TOKEN"
+for ex in hello-python hello-node; do rm -rf "$DEMO/$ex"; cp -r "examples/$ex" "$DEMO/$ex"; done
+tf() { "$TERRAFORM" -chdir="$DEMO/$1" "${@:2}"; }
 
-echo; log "deploying examples/hello-python and examples/hello-node through the API"
-SRC="$DEMO/hello-python"; rm -rf "$SRC"; cp -r examples/hello-python "$SRC"
-PY=$(deploy hello-python python3.11 "$SRC")
-deploy hello-node nodejs20 examples/hello-node >/dev/null
-echo "\$ curl '$E/fn/$NS/hello-python?name=demo'"; curl -s "$E/fn/$NS/hello-python?name=demo"; echo
-echo "\$ curl $E/fn/$NS/hello-node/some/path"; curl -s "$E/fn/$NS/hello-node/some/path"; echo
-IMAGE=$(echo "$PY" | json 'd["status"]["image"]')
+echo; log "terraform apply examples/hello-python and examples/hello-node"
+tf hello-python apply -auto-approve -input=false | grep -E "^(Apply|sless_)" || die "terraform apply failed"
+tf hello-node apply -auto-approve -input=false | grep -E "^(Apply|sless_)" || die "terraform apply failed"
+URL=$(tf hello-python output -raw url); NODE_URL=$(tf hello-node output -raw trigger_url)
+echo "\$ curl '$URL?name=demo'"; curl -s "$URL?name=demo"; echo
+echo "\$ curl $NODE_URL/some/path"; curl -s "$NODE_URL/some/path"; echo
+IMAGE=$(tf hello-python output -raw image)
 echo; echo "\$ crane manifest $IMAGE"; "$CRANE" manifest "$IMAGE" | python3 -m json.tool
 
-echo; log "changing one line of hello-python and redeploying"
-sed -i 's/hello, /hi again, /' "$SRC/handler.py"
+echo; log "changing one line of hello-python and applying again"
+sed -i 's/hello, /hi again, /' "$DEMO/hello-python/code/handler.py"
 start=$(date +%s%N)
-PY2=$(deploy hello-python python3.11 "$SRC")
-for i in $(seq 1 200); do curl -s "$E/fn/$NS/hello-python" | grep -q "hi again" && break; sleep 0.01; done
+tf hello-python apply -auto-approve -input=false | grep -E "^(Apply|sless_)" || die "terraform apply failed"
 total=$(( ($(date +%s%N) - start) / 1000000 ))
-echo "\$ curl $E/fn/$NS/hello-python"; curl -s "$E/fn/$NS/hello-python"; echo
-echo "upload → new response on /fn/: ${total} ms (build $(echo "$PY2" | json 'd["status"]["build"]["duration_ms"]') ms, the rest is container start, health check and the switch)"
+echo "\$ curl $URL"; curl -s "$URL"; echo
+BUILD=$(curl -sf -H "$AUTH" "$E/v1/namespaces/$NS/functions/hello-python" | json 'd["status"]["build"]["duration_ms"]')
+echo "terraform apply of a one-line change, until the new code answers: ${total} ms (of which the in-process build: ${BUILD} ms)"
+echo "terraform plan now: $(tf hello-python plan -detailed-exitcode -input=false >/dev/null 2>&1; [ $? = 0 ] && echo 'no changes' || echo 'CHANGES (unexpected)')"
 echo
 echo "sless up keeps running (pid $(cat "$DEMO/sless.pid"), log $DEMO/sless.log). Try:"
-echo "  export SLESS_ENDPOINT=$E SLESS_API_TOKEN=\$(cat $DATA/dev-token)"
-echo "  curl $E/fn/$NS/hello-node"
+echo "  export SLESS_ENDPOINT=$E SLESS_API_TOKEN=\$(cat $DATA/dev-token) TF_CLI_CONFIG_FILE=$DEMO/terraformrc"
+echo "  cd $DEMO/hello-python && $TERRAFORM apply"
+echo "  curl $NODE_URL"
 echo "Stop it with: kill $(cat "$DEMO/sless.pid")   (function containers keep running and are adopted on the next start)"

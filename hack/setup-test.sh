@@ -3,7 +3,7 @@
 # twice at once), then Go tools and base images in parallel (downloads dominate), with progress.
 . "$(dirname "$0")/lib.sh"
 "$HACK_DIR/install-apt.sh"
-"$HACK_DIR/install-go-tools.sh" crane minio & tools=$!
+"$HACK_DIR/install-go-tools.sh" crane minio terraform & tools=$!
 "$HACK_DIR/build-bases.sh" python3.11 nodejs20 >/dev/null & bases=$!
 rc=0
 wait $tools || { log "installing Go tools failed"; rc=1; }

@@ -44,7 +44,7 @@ func TestExamplesInPodman(t *testing.T) {
 			pushLayout(t, base, baseRef)
 
 			runtimeRef := run(t, sless, "runtime", "build", "--quiet", "--runtime", tc.runtime, "--base", baseRef, "--to", reg+"/sless/runtime-"+tc.runtime+":latest")
-			src, _ := filepath.Abs(filepath.Join("..", "examples", tc.example))
+			src, _ := filepath.Abs(filepath.Join("..", "examples", tc.example, "code"))
 			image := run(t, sless, "build", "--quiet", "--runtime-image", runtimeRef, "--src", src, "--handler", "handler.handle",
 				"--function", tc.example, "--namespace", "test", "--runtime", tc.runtime, "--to", reg+"/fn/"+tc.example+":latest")
 			if !strings.Contains(image, "@sha256:") {

@@ -1,0 +1,105 @@
+package provider_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sless-dev/sless/internal/testenv"
+)
+
+// TestExamples applies every examples/ configuration the way a user does: the real terraform CLI,
+// the provider binary at the seed's source address through dev_overrides, env-configured endpoint
+// and token. Each must apply, answer, plan empty afterwards and destroy.
+func TestExamples(t *testing.T) {
+	tf, err := testenv.Tool("terraform")
+	if err != nil {
+		testenv.Missing(t, "the terraform CLI (hack/install-go-tools.sh terraform)", err)
+	}
+	u := testenv.StartSlessUp(t, t.TempDir(), testenv.FreeAddr(t), testenv.FreeAddr(t))
+	env := testenv.TerraformEnv(t, u.URL, u.Token)
+	run := func(t *testing.T, dir string, args ...string) (string, int) {
+		cmd := exec.Command(tf, args...)
+		cmd.Dir, cmd.Env = dir, env
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), code
+	}
+	for _, tc := range []struct {
+		example string
+		check   func(t *testing.T, outputs map[string]string)
+	}{
+		{"hello-python", func(t *testing.T, o map[string]string) {
+			code, body := u.Get(strings.TrimPrefix(o["url"], u.URL) + "?name=tf")
+			if code != 200 || !strings.Contains(body, "hello, tf") {
+				t.Errorf("url %s: %d %s", o["url"], code, body)
+			}
+			if !strings.Contains(o["image"], "@sha256:") {
+				t.Errorf("image %q", o["image"])
+			}
+		}},
+		{"hello-node", func(t *testing.T, o map[string]string) {
+			if code, body := u.Get(strings.TrimPrefix(o["trigger_url"], u.URL) + "/x"); code != 200 || !strings.Contains(body, `"path":"/x"`) {
+				t.Errorf("trigger_url: %d %s", code, body)
+			}
+		}},
+		{"cron", func(t *testing.T, o map[string]string) {
+			if o["schedule"] != "0 9 * * *" {
+				t.Errorf("schedule %q", o["schedule"])
+			}
+		}},
+		{"job", func(t *testing.T, o map[string]string) {
+			var res map[string]any
+			if err := json.Unmarshal([]byte(o["job_result"]), &res); err != nil || res["sum"] != float64(600) {
+				t.Errorf("job_result %q, want {\"sum\":600}", o["job_result"])
+			}
+		}},
+	} {
+		t.Run(tc.example, func(t *testing.T) {
+			dir := t.TempDir()
+			if out, err := exec.Command("cp", "-r", filepath.Join(testenv.ModuleRoot(), "examples", tc.example)+"/.", dir).CombinedOutput(); err != nil {
+				t.Fatalf("copying: %v %s", err, out)
+			}
+			if out, code := run(t, dir, "apply", "-auto-approve", "-input=false"); code != 0 {
+				t.Fatalf("terraform apply: exit %d\n%s\n%s", code, out, u.LogTail())
+			}
+			out, _ := run(t, dir, "output", "-json")
+			var raw map[string]struct{ Value any }
+			if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &raw); err != nil {
+				t.Fatalf("terraform output: %v\n%s", err, out)
+			}
+			outputs := map[string]string{}
+			for k, v := range raw {
+				outputs[k] = strings.Trim(strings.TrimSpace(jsonString(v.Value)), "\"")
+			}
+			tc.check(t, outputs)
+			if out, code := run(t, dir, "plan", "-detailed-exitcode", "-input=false"); code != 0 {
+				t.Errorf("plan after apply is not empty (exit %d):\n%s", code, out)
+			}
+			if out, code := run(t, dir, "destroy", "-auto-approve", "-input=false"); code != 0 {
+				t.Fatalf("terraform destroy: exit %d\n%s", code, out)
+			}
+			if fs, _ := u.Client.ListFunctions(t.Context()); len(fs) != 0 {
+				t.Errorf("functions left after destroy: %v", fs)
+			}
+		})
+	}
+}
+
+func jsonString(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
