@@ -27,7 +27,7 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("## Builder benchmark\n\nCommand: `make bench` (go run ./bench %s)\n", strings.Join(os.Args[1:], " "))
+	fmt.Printf("## Benchmarks\n\nCommand: `make bench` (go run ./bench %s)\n", strings.Join(os.Args[1:], " "))
 	work, err := os.MkdirTemp(cacheDir(), "bench-work-")
 	if err != nil {
 		return err
@@ -53,6 +53,11 @@ func run(ctx context.Context, c config) error {
 	if want["up"] {
 		if err := benchUp(ctx, c, work, slessBin); err != nil {
 			return fmt.Errorf("sless up: %w", err)
+		}
+	}
+	if want["terraform"] {
+		if err := benchTerraform(ctx, c, work, slessBin); err != nil {
+			return fmt.Errorf("terraform: %w", err)
 		}
 	}
 	if !want["builder"] && !want["runtimes"] {

@@ -23,37 +23,11 @@ import (
 // new code answers on /fn/, split into the in-process build, the container start with its health
 // check, and the switch; and the first request a freshly switched container serves.
 func benchUp(ctx context.Context, c config, work, slessBin string) error {
-	data := filepath.Join(work, "up-data")
-	listen, err := freePort()
+	cl, stop, err := startSlessUp(ctx, work, slessBin, "up-data")
 	if err != nil {
 		return err
 	}
-	reg, err := freePort()
-	if err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, slessBin, "up", "--quiet", "--data-dir", data, "--listen", fmt.Sprintf("127.0.0.1:%d", listen),
-		"--registry-listen", fmt.Sprintf("127.0.0.1:%d", reg), "--bases-script", "",
-		"--podman-root", filepath.Join(cacheDir(), "podman"), "--bases-dir", filepath.Join(cacheDir(), "bases"))
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
-	base := fmt.Sprintf("http://127.0.0.1:%d", listen)
-	if err := waitHTTP(base+"/readyz", 120*time.Second); err != nil {
-		return err
-	}
-	tok, err := os.ReadFile(filepath.Join(data, "dev-token"))
-	if err != nil {
-		return err
-	}
-	cl, err := client.New(base, strings.TrimSpace(string(tok)))
-	if err != nil {
-		return err
-	}
-	cl.EnsureNamespace(ctx)
-	defer podmanCmd(context.Background(), work, "rm", "-f", "-t", "0", "-a", "--filter", "label=dev.sless.namespace="+cl.Namespace()).Run()
+	defer stop()
 	if _, err := cl.CreateFunction(ctx, apiv1.Function{Name: "hello", Runtime: "python3.11"}); err != nil {
 		return err
 	}
@@ -158,4 +132,49 @@ func benchUp(ctx context.Context, c config, work, slessBin string) error {
 	}
 	fmt.Printf("\n| target | measured | verdict |\n|---|---|---|\n| upload → new response ≤ 2 s | %s ms | %s |\n", ms(s.median()), v)
 	return nil
+}
+
+// startSlessUp runs `sless up` on a fresh data dir and free ports and returns a client for it.
+func startSlessUp(ctx context.Context, work, slessBin, name string) (*client.Client, func(), error) {
+	data := filepath.Join(work, name)
+	listen, err := freePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	reg, err := freePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.CommandContext(ctx, slessBin, "up", "--quiet", "--data-dir", data, "--listen", fmt.Sprintf("127.0.0.1:%d", listen),
+		"--registry-listen", fmt.Sprintf("127.0.0.1:%d", reg), "--bases-script", "",
+		"--podman-root", filepath.Join(cacheDir(), "podman"), "--bases-dir", filepath.Join(cacheDir(), "bases"))
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	var cl *client.Client
+	stop := func() {
+		if cl != nil {
+			podmanCmd(context.Background(), work, "rm", "-f", "-t", "0", "-a", "--filter", "label=dev.sless.namespace="+cl.Namespace()).Run()
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", listen)
+	if err := waitHTTP(base+"/readyz", 120*time.Second); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	tok, err := os.ReadFile(filepath.Join(data, "dev-token"))
+	if err == nil {
+		cl, err = client.New(base, strings.TrimSpace(string(tok)))
+	}
+	if err == nil {
+		err = cl.EnsureNamespace(ctx)
+	}
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return cl, stop, nil
 }
