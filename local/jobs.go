@@ -95,6 +95,12 @@ func (p *Platform) runOnce(ctx context.Context, spec containerSpec, start bool) 
 	}
 	code, err := p.podman.wait(ctx, cname)
 	stdout, stderr := p.podman.logs(ctx, cname, 50)
+	// conmon may still be writing the log when wait returns (seen under load): a successful run
+	// always prints its result, so give an empty log a moment.
+	for i := 0; err == nil && code == 0 && strings.TrimSpace(stdout) == "" && i < 20; i++ {
+		time.Sleep(100 * time.Millisecond)
+		stdout, stderr = p.podman.logs(ctx, cname, 50)
+	}
 	p.podman.remove(ctx, cname)
 	if err != nil {
 		return false, err.Error()

@@ -33,8 +33,6 @@ type up struct {
 	dataDir string
 }
 
-func freeAddr(t *testing.T) string { return testenv.FreeAddr(t) }
-
 func startUp(t *testing.T, dataDir, listen, regAddr string) *up {
 	t.Helper()
 	s := testenv.StartSlessUp(t, dataDir, listen, regAddr)
@@ -96,8 +94,8 @@ const pyHello = "import os\ndef handle(event):\n    return {'v': 1, 'greeting': 
 func TestSlessUp(t *testing.T) {
 	podman := testenv.NewPodman(t)
 	dataDir := t.TempDir()
-	listen, regAddr := freeAddr(t), freeAddr(t)
-	u := startUp(t, dataDir, listen, regAddr)
+	u := startUp(t, dataDir, "", "")
+	listen, regAddr := u.Listen, u.RegAddr
 	outer := t // the restarted process must outlive the subtest that restarts it
 	ctx := context.Background()
 	ns := u.c.Namespace()

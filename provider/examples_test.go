@@ -19,7 +19,7 @@ func TestExamples(t *testing.T) {
 	if err != nil {
 		testenv.Missing(t, "the terraform CLI (hack/install-go-tools.sh terraform)", err)
 	}
-	u := testenv.StartSlessUp(t, t.TempDir(), testenv.FreeAddr(t), testenv.FreeAddr(t))
+	u := testenv.StartSlessUp(t, t.TempDir(), "", "")
 	env := testenv.TerraformEnv(t, u.URL, u.Token)
 	run := func(t *testing.T, dir string, args ...string) (string, int) {
 		cmd := exec.Command(tf, args...)

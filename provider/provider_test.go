@@ -38,7 +38,7 @@ func acc(t *testing.T) *testenv.SlessUp {
 	t.Setenv("TF_ACC_TERRAFORM_PATH", tf)
 	t.Setenv("CHECKPOINT_DISABLE", "1") // Terraform must not call home
 	t.Setenv("TF_IN_AUTOMATION", "1")
-	return testenv.StartSlessUp(t, t.TempDir(), testenv.FreeAddr(t), testenv.FreeAddr(t))
+	return testenv.StartSlessUp(t, t.TempDir(), "", "")
 }
 
 func providerBlock(u *testenv.SlessUp) string {

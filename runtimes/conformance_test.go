@@ -86,7 +86,24 @@ func command(t *testing.T, l lang, env ...string) (*exec.Cmd, int) {
 	return cmd, port
 }
 
+// start runs a server and waits for its /health. The free port is found by binding and closing,
+// so another test process may take it first: then the server exits or someone else answers, and
+// start tries again with a new port.
 func start(t *testing.T, l lang, env ...string) *server {
+	t.Helper()
+	var last string
+	for attempt := 0; attempt < 5; attempt++ {
+		s, ok, why := tryStart(t, l, env...)
+		if ok {
+			return s
+		}
+		last = why
+	}
+	t.Fatalf("server did not start: %s", last)
+	return nil
+}
+
+func tryStart(t *testing.T, l lang, env ...string) (*server, bool, string) {
 	t.Helper()
 	cmd, port := command(t, l, env...)
 	s := &server{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan struct{})}
@@ -96,14 +113,14 @@ func start(t *testing.T, l lang, env ...string) *server {
 		t.Fatal(err)
 	}
 	go func() { cmd.Wait(); close(s.done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-s.done
-	})
+	stop := func() { cmd.Process.Kill(); <-s.done }
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.done:
+			if strings.Contains(s.errOut(), "in use") {
+				return nil, false, s.errOut()
+			}
 			t.Fatalf("server exited at start: %s", s.errOut())
 		default:
 		}
@@ -111,14 +128,16 @@ func start(t *testing.T, l lang, env ...string) *server {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != 200 || strings.TrimSpace(string(body)) != `{"status":"ok"}` {
-				t.Fatalf("/health: %d %s", resp.StatusCode, body)
+				stop() // another process has the port
+				return nil, false, fmt.Sprintf("port %d answered %d %s", port, resp.StatusCode, body)
 			}
-			return s
+			t.Cleanup(stop)
+			return s, true, ""
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("server did not become healthy: %s", s.errOut())
-	return nil
+	stop()
+	return nil, false, "not healthy within 15 s: " + s.errOut()
 }
 
 type response struct {

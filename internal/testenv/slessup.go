@@ -65,8 +65,27 @@ func FreeAddr(t testing.TB) string {
 }
 
 // StartSlessUp runs `sless up` on dataDir (with --test-clock) until the test ends or Stop, waits
-// for /readyz and ensures the dev user's namespace. It needs podman and the base images.
+// for /readyz and ensures the dev user's namespace. It needs podman and the base images. Empty
+// addresses pick free ports, retrying if another process takes one first (a restart passes the
+// previous run's addresses to keep them).
 func StartSlessUp(t testing.TB, dataDir, listen, regAddr string) *SlessUp {
+	t.Helper()
+	pick := listen == "" && regAddr == ""
+	for attempt := 0; ; attempt++ {
+		if pick {
+			listen, regAddr = FreeAddr(t), FreeAddr(t)
+		}
+		u, inUse := startSlessUp(t, dataDir, listen, regAddr)
+		if u != nil {
+			return u
+		}
+		if !pick || !inUse || attempt == 4 {
+			t.Fatalf("sless up did not start")
+		}
+	}
+}
+
+func startSlessUp(t testing.TB, dataDir, listen, regAddr string) (*SlessUp, bool) {
 	t.Helper()
 	if _, err := exec.LookPath("podman"); err != nil {
 		Missing(t, "podman", err)
@@ -86,7 +105,6 @@ func StartSlessUp(t testing.TB, dataDir, listen, regAddr string) *SlessUp {
 		t.Fatal(err)
 	}
 	go func() { u.cmd.Wait(); close(u.done) }()
-	t.Cleanup(u.Stop)
 	deadline := time.Now().Add(120 * time.Second)
 	for {
 		if resp, err := http.Get(u.URL + "/readyz"); err == nil {
@@ -97,6 +115,9 @@ func StartSlessUp(t testing.TB, dataDir, listen, regAddr string) *SlessUp {
 		}
 		select {
 		case <-u.done:
+			if strings.Contains(u.LogTail(), "address already in use") {
+				return nil, true
+			}
 			t.Fatalf("sless up exited:\n%s", u.LogTail())
 		default:
 		}
@@ -116,7 +137,8 @@ func StartSlessUp(t testing.TB, dataDir, listen, regAddr string) *SlessUp {
 	if err := u.Client.EnsureNamespace(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return u
+	t.Cleanup(u.Stop)
+	return u, false
 }
 
 // LogTail is the end of the process's log.
