@@ -107,7 +107,9 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			rec.status = http.StatusOK
 		}
 		route := "unmatched"
-		if cr := mux.CurrentRoute(r); cr != nil {
+		if strings.HasPrefix(r.URL.Path, "/fn/") {
+			route = "/fn/{ns}/{name}"
+		} else if cr := mux.CurrentRoute(r); cr != nil {
 			if t, err := cr.GetPathTemplate(); err == nil {
 				route = t
 			}

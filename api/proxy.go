@@ -64,7 +64,11 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 
 // invoke serves /fn/{ns}/{name}[/…]: the public entry to a Ready function (DESIGN.md §5).
 func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
-	ns, name := pathVar(r, "ns"), pathVar(r, "name")
+	ns, name, rest, ok := splitFnPath(r.URL.EscapedPath())
+	if !ok {
+		writeError(w, r, apiv1.Errorf(apiv1.CodeNotFound, "use /fn/{namespace}/{function}[/path]"))
+		return
+	}
 	start := time.Now()
 	rec, _ := w.(*recorder)
 	known := false // only existing functions get records: /fn/ is public, names are not
@@ -82,14 +86,6 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		})
 	}()
 	prefix := "/fn/" + mustEscape(ns) + "/" + mustEscape(name)
-	rest := strings.TrimPrefix(r.URL.EscapedPath(), prefix)
-	if rest != "" && !strings.HasPrefix(rest, "/") { // "/fn/ns/namexyz" is not this function
-		writeError(w, r, apiv1.Errorf(apiv1.CodeNotFound, "function %q not found", name))
-		return
-	}
-	if rest == "" {
-		rest = "/"
-	}
 	fn, err := s.b.Functions.Get(r.Context(), ns, name)
 	if err != nil {
 		writeError(w, r, notFound("function", name, err))
@@ -156,3 +152,28 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 
 func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
+
+// splitFnPath splits an escaped "/fn/{ns}/{name}[/rest]" into its unescaped names and the escaped
+// rest ("/" when absent).
+func splitFnPath(escaped string) (ns, name, rest string, ok bool) {
+	p, found := strings.CutPrefix(escaped, "/fn/")
+	if !found {
+		return "", "", "", false
+	}
+	parts := strings.SplitN(p, "/", 3)
+	if len(parts) < 2 || parts[0] == "" || parts[1] == "" {
+		return "", "", "", false
+	}
+	var err error
+	if ns, err = url.PathUnescape(parts[0]); err != nil {
+		return "", "", "", false
+	}
+	if name, err = url.PathUnescape(parts[1]); err != nil {
+		return "", "", "", false
+	}
+	rest = "/"
+	if len(parts) == 3 {
+		rest += parts[2]
+	}
+	return ns, name, rest, true
+}
