@@ -34,6 +34,7 @@ type config struct {
 	keep        bool
 	storage     string
 	sections    string
+	proxyConc   int
 }
 
 func main() {
@@ -50,6 +51,7 @@ func main() {
 	flag.StringVar(&c.kaniko, "kaniko-layout", filepath.Join(cache, "kaniko-v1.23.2", "layout"), "OCI layout of the kaniko executor image")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory")
 	flag.StringVar(&c.sections, "sections", "builder,runtimes,proxy,up,terraform", "what to measure: builder (with kaniko, buildah), runtimes, proxy, up (sless up end to end), terraform")
+	flag.IntVar(&c.proxyConc, "proxy-clients", 8, "concurrent keep-alive clients in the proxy benchmark")
 	flag.StringVar(&c.storage, "storage", "tmpfs,disk", "where the registry stores blobs, one table each: tmpfs (registry cost near zero, isolates the builders) and/or disk (fsync per write)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

@@ -69,7 +69,7 @@ func benchProxy(ctx context.Context, c config, work string) error {
 	stores.Functions.Create(ctx, ns, apiv1.Function{Name: "hello", Runtime: "python3.11", Status: apiv1.FunctionStatus{Phase: apiv1.PhaseReady}})
 	proxied := "http://" + ln.Addr().String() + "/fn/" + ns + "/hello"
 
-	const conc, dur = 8, 5 * time.Second
+	conc, dur := c.proxyConc, 5*time.Second
 	fmt.Printf("\n### /fn/ proxy vs direct (python3.11 runtime serving examples/hello-python, %d concurrent keep-alive clients, 2 × %v per row)\n\n", conc, dur)
 	fmt.Println("| setup | path | requests/s | p50 | p99 | errors |")
 	fmt.Println("|---|---|---|---|---|---|")

@@ -322,6 +322,8 @@ def main():
     _start_loop()
     if os.environ.get("JOB_MODE") in ("1", "true"):
         job_mode()
+    # socketserver's default listen backlog is 5: a burst of new connections would be refused.
+    ThreadingHTTPServer.request_queue_size = 1024
     server = ThreadingHTTPServer((HOST, PORT), Handler)
     server.daemon_threads = True
     stopping = threading.Event()
