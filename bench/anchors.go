@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+
 	"fmt"
+	"github.com/sless-dev/sless/local"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,9 +31,7 @@ func anchorContext(work, code, base string) (string, error) {
 }
 
 func podmanCmd(ctx context.Context, work string, args ...string) *exec.Cmd {
-	root := filepath.Join(cacheDir(), "podman")
-	full := append([]string{"--root", filepath.Join(root, "root"), "--runroot", filepath.Join(root, "run"),
-		"--storage-driver", "overlay", "--cgroup-manager", "cgroupfs", "--runtime", "runc"}, args...)
+	full := append(local.PodmanGlobalFlags(filepath.Join(cacheDir(), "podman")), args...)
 	cmd := exec.CommandContext(ctx, "podman", full...)
 	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+containersConf())
 	return cmd

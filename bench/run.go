@@ -16,11 +16,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/sless-dev/sless/internal/registry"
+	"github.com/sless-dev/sless/local"
 	"github.com/sless-dev/sless/oci"
 )
 
 // podmanRunFlags are what podman needs on these machines (DESIGN.md §7).
-var podmanRunFlags = []string{"--network", "host", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"}
+var podmanRunFlags = local.PodmanRunFlags
 
 func run(ctx context.Context, c config) error {
 	root, err := repoRoot()

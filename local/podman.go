@@ -43,12 +43,15 @@ func newPodman(dataDir, storageRoot string) (*podman, error) {
 	if err := os.WriteFile(conf, containersConf, 0o644); err != nil {
 		return nil, err
 	}
-	return &podman{
-		bin: bin,
-		global: []string{"--root", filepath.Join(storageRoot, "root"), "--runroot", filepath.Join(storageRoot, "run"),
-			"--storage-driver", "overlay", "--cgroup-manager", "cgroupfs", "--runtime", "runc"},
-		env: append(os.Environ(), "CONTAINERS_CONF="+conf),
-	}, nil
+	return &podman{bin: bin, global: PodmanGlobalFlags(storageRoot), env: append(os.Environ(), "CONTAINERS_CONF="+conf)}, nil
+}
+
+// PodmanGlobalFlags are the global flags every podman call of the project uses: its own storage
+// under storageRoot, the overlay driver, cgroupfs and runc (crun fails on these hybrid-cgroup
+// machines). Tests and benchmarks use them too, with CONTAINERS_CONF pointing at containers.conf.
+func PodmanGlobalFlags(storageRoot string) []string {
+	return []string{"--root", filepath.Join(storageRoot, "root"), "--runroot", filepath.Join(storageRoot, "run"),
+		"--storage-driver", "overlay", "--cgroup-manager", "cgroupfs", "--runtime", "runc"}
 }
 
 // run runs one podman command and returns stdout; stderr goes into the error.
@@ -63,9 +66,12 @@ func (p *podman) run(ctx context.Context, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// runFlags are what `podman run` needs here: host networking (publishing ports does not forward on
-// these machines) and explicit ulimits (runc cannot raise nproc here).
-var runFlags = []string{"--network", "host", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096", "--tls-verify=false"}
+// PodmanRunFlags are what `podman run` needs here: host networking (publishing ports does not
+// forward on these machines) and explicit ulimits (runc cannot raise nproc here).
+var PodmanRunFlags = []string{"--network", "host", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"}
+
+// runFlags add pulling from the embedded registry on 127.0.0.1 over plain HTTP.
+var runFlags = append(append([]string{}, PodmanRunFlags...), "--tls-verify=false")
 
 type containerSpec struct {
 	name   string

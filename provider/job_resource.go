@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/sless-dev/sless/api/apiv1"
@@ -116,12 +118,19 @@ func (r *JobResource) Create(ctx context.Context, req resource.CreateRequest, re
 		resp.Diagnostics.AddError("Creating the job failed", err.Error())
 		return
 	}
+	resp.Diagnostics.Append(r.settle(ctx, j, &m, &resp.State)...)
+}
+
+// settle waits for the run the platform just accepted and stores the outcome; a failed run is
+// stored too (Terraform taints the resource) and reported.
+func (r *JobResource) settle(ctx context.Context, j *apiv1.Job, m *jobModel, state *tfsdk.State) diag.Diagnostics {
 	m.fill(j)
-	err = r.wait(ctx, &m)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	err := r.wait(ctx, m)
+	diags := state.Set(ctx, m)
 	if err != nil {
-		resp.Diagnostics.AddError("The job failed", err.Error())
+		diags.AddError("The job failed", err.Error())
 	}
+	return diags
 }
 
 func (r *JobResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -155,12 +164,7 @@ func (r *JobResource) Update(ctx context.Context, req resource.UpdateRequest, re
 		resp.Diagnostics.AddError("Updating the job failed", err.Error())
 		return
 	}
-	m.fill(j)
-	err = r.wait(ctx, &m)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-	if err != nil {
-		resp.Diagnostics.AddError("The job failed", err.Error())
-	}
+	resp.Diagnostics.Append(r.settle(ctx, j, &m, &resp.State)...)
 }
 
 func (r *JobResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {

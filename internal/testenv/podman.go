@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+
+	"github.com/sless-dev/sless/local"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,9 +11,8 @@ import (
 	"testing"
 )
 
-// PodmanRunFlags are what `podman run` needs on these machines (DESIGN.md §7): host networking
-// (publishing ports does not forward here) and explicit ulimits (runc cannot raise nproc here).
-var PodmanRunFlags = []string{"--network", "host", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"}
+// PodmanRunFlags are what `podman run` needs on these machines (DESIGN.md §7).
+var PodmanRunFlags = local.PodmanRunFlags
 
 // Podman runs podman with the project's containers.conf (cgroupfs, runc) and its own storage under
 // the cache dir, so tests neither touch nor depend on the machine's default container storage.
@@ -28,12 +29,10 @@ func NewPodman(t testing.TB) *Podman {
 	if err != nil {
 		Missing(t, "podman", err)
 	}
-	root := filepath.Join(CacheDir(), "podman")
 	return &Podman{
-		bin: bin,
-		args: []string{"--root", filepath.Join(root, "root"), "--runroot", filepath.Join(root, "run"),
-			"--storage-driver", "overlay", "--cgroup-manager", "cgroupfs", "--runtime", "runc"},
-		env: append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(moduleRoot(), "local", "containers.conf")),
+		bin:  bin,
+		args: local.PodmanGlobalFlags(filepath.Join(CacheDir(), "podman")),
+		env:  append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(moduleRoot(), "local", "containers.conf")),
 	}
 }
 
