@@ -22,7 +22,8 @@ type entry struct {
 	raw  string // the name as it appeared in the input, for messages
 	dir  bool
 	exec bool
-	size int64 // declared size of a regular file
+	link string // symlink target (WithSymlinks only)
+	size int64  // declared size of a regular file
 	open func() (io.ReadCloser, error)
 }
 
@@ -54,7 +55,7 @@ func (c *collector) add(e entry) error {
 	if other, ok := c.byFold[fold]; ok {
 		return entryErr(ErrDuplicate, e.raw, "differs only in case from %q; such names collide on case-insensitive filesystems", other)
 	}
-	if !e.dir {
+	if !e.dir && e.link == "" {
 		c.declared += e.size
 		if c.declared > c.o.maxBytes {
 			return entryErr(ErrTooLarge, e.raw, "uncompressed size exceeds the limit of %d bytes", c.o.maxBytes)
@@ -80,6 +81,10 @@ func (c *collector) complete() ([]entry, error) {
 			}
 			if other, ok := c.byFold[strings.ToLower(dir)]; ok {
 				return nil, entryErr(ErrDuplicate, c.entries[i].raw, "directory %q differs only in case from %q", dir, other)
+			}
+			// Implicit directories are entries too: they count against the limit.
+			if len(c.entries) >= c.o.maxEntries {
+				return nil, entryErr(ErrTooManyEntries, c.entries[i].raw, "more than %d entries, counting parent directories", c.o.maxEntries)
 			}
 			c.byName[dir] = len(c.entries)
 			c.byFold[strings.ToLower(dir)] = dir
@@ -156,6 +161,14 @@ func write(o *options, entries []entry, archiveSize int64) (_ *Layer, err error)
 		name := prefix + "/" + e.name
 		if e.dir {
 			if err := tw.WriteHeader(o.header(name+"/", true, false, 0)); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if e.link != "" {
+			h := o.header(name, false, false, 0)
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, e.link, 0o777
+			if err := tw.WriteHeader(h); err != nil {
 				return nil, err
 			}
 			continue

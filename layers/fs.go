@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
+	"strings"
 )
 
 // FromFS builds a layer from every file under the root of fsys. Symlinks, hardlinks (a regular file
@@ -27,6 +29,17 @@ func FromFS(fsys fs.FS, opts ...Option) (*Layer, error) {
 			return err
 		}
 		t := d.Type()
+		if t&fs.ModeSymlink != 0 && o.symlinks {
+			target, err := fs.ReadLink(fsys, p)
+			if err != nil {
+				return fmt.Errorf("reading link %q: %w", p, err)
+			}
+			resolved := path.Join(path.Dir(p), target)
+			if path.IsAbs(target) || resolved == ".." || strings.HasPrefix(resolved, "../") {
+				return entryErr(ErrUnsupportedType, p, "is a symlink to %q, outside the tree", target)
+			}
+			return c.add(entry{name: name, raw: p, link: target})
+		}
 		if t&fs.ModeSymlink != 0 || (!d.IsDir() && t != 0) {
 			return entryErr(ErrUnsupportedType, p, "is a %s; only regular files and directories are allowed", typeName(t))
 		}

@@ -5,6 +5,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"io/fs"
@@ -438,5 +439,55 @@ func TestSpoolToFile(t *testing.T) {
 	l.Close()
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Fatalf("Close left %d files", len(left))
+	}
+}
+
+func TestFSSymlinksWithinTree(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "pkg", "bin"), 0o755)
+	os.WriteFile(filepath.Join(dir, "pkg", "cli.js"), []byte("x"), 0o755)
+	os.MkdirAll(filepath.Join(dir, ".bin"), 0o755)
+	os.Symlink("../pkg/cli.js", filepath.Join(dir, ".bin", "cli"))
+	l, err := layers.FromFS(os.DirFS(dir), layers.WithPrefix("/app/node_modules"), layers.WithSymlinks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	found := false
+	for _, e := range readTar(t, l) {
+		if e.name == "app/node_modules/.bin/cli" && e.typ == tar.TypeSymlink {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("the link is not in the layer")
+	}
+	for _, bad := range []string{"/etc/passwd", "../../outside", "../../../etc"} {
+		d := t.TempDir()
+		os.MkdirAll(filepath.Join(d, "a"), 0o755)
+		os.Symlink(bad, filepath.Join(d, "a", "link"))
+		if _, err := layers.FromFS(os.DirFS(d), layers.WithSymlinks()); !errors.Is(err, layers.ErrUnsupportedType) {
+			t.Errorf("link to %s: %v", bad, err)
+		}
+	}
+}
+
+// A small zip of deep paths must not cost memory per parent directory without bound.
+func TestDeepPaths(t *testing.T) {
+	deep := "a/" + strings.Repeat("b/", 200) + "f"
+	if _, err := fromZip(makeZip(t, zfile{name: deep, body: "x"})); !errors.Is(err, layers.ErrUnsafePath) {
+		t.Errorf("200 levels: %v", err)
+	}
+	long := strings.Repeat("n", 5000)
+	if _, err := fromZip(makeZip(t, zfile{name: long, body: "x"})); !errors.Is(err, layers.ErrUnsafePath) {
+		t.Errorf("5000-byte name: %v", err)
+	}
+	// Parent directories count: 3 files in 100 distinct 20-deep trees exceed a 1,000-entry limit.
+	var files []zfile
+	for i := 0; i < 100; i++ {
+		files = append(files, zfile{name: fmt.Sprintf("t%d/%sf", i, strings.Repeat("d/", 20)), body: "x"})
+	}
+	if _, err := fromZip(makeZip(t, files...), layers.WithMaxEntries(1000)); !errors.Is(err, layers.ErrTooManyEntries) {
+		t.Errorf("implicit directories not counted: %v", err)
 	}
 }

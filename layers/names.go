@@ -9,11 +9,21 @@ import (
 
 var driveLetter = regexp.MustCompile(`^[A-Za-z]:`)
 
+// Bounds on one name: deep or long paths cost memory and time per parent directory.
+const (
+	maxNameBytes = 4096
+	maxNameDepth = 128
+)
+
 // cleanName turns an entry name from the input into a clean relative slash path, or explains why
 // it is unsafe. A trailing "/" (a zip directory marker) and leading "./" are accepted and dropped;
 // "" comes back for the root directory itself.
 func cleanName(raw string) (string, error) {
 	switch {
+	case len(raw) > maxNameBytes:
+		return "", entryErr(ErrUnsafePath, raw[:64]+"…", "name is longer than %d bytes", maxNameBytes)
+	case strings.Count(raw, "/") > maxNameDepth:
+		return "", entryErr(ErrUnsafePath, raw[:64]+"…", "name is nested deeper than %d directories", maxNameDepth)
 	case strings.IndexByte(raw, 0) >= 0:
 		return "", entryErr(ErrUnsafePath, raw, "name contains a NUL byte")
 	case !utf8.ValidString(raw):

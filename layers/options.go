@@ -35,6 +35,7 @@ type options struct {
 	mediaType   types.MediaType
 	tempDir     string
 	spoolMemory int64
+	symlinks    bool
 }
 
 func makeOptions(opts ...Option) (*options, error) {
@@ -126,4 +127,11 @@ func WithTempDir(dir string) Option {
 // temporary file. The default is 4 MiB.
 func WithSpoolMemory(n int64) Option {
 	return func(o *options) error { o.spoolMemory = n; return nil }
+}
+
+// WithSymlinks lets FromFS keep relative symlinks whose target stays inside the tree (npm's
+// node_modules/.bin links); links that point outside or are absolute are still rejected. Zips never
+// carry links. The default is to reject every symlink.
+func WithSymlinks() Option {
+	return func(o *options) error { o.symlinks = true; return nil }
 }

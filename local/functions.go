@@ -20,7 +20,10 @@ import (
 
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/deps"
+	"github.com/sless-dev/sless/layers"
 	"github.com/sless-dev/sless/oci"
+	"github.com/sless-dev/sless/runtimes"
 )
 
 // instance is a function container the proxy routes to.
@@ -72,7 +75,12 @@ func (p *Platform) reconcileFunction(ctx context.Context, ns, fname string) erro
 	want := buildState{CodeSHA256: fn.Status.CodeSHA256, Runtime: fn.Runtime, Entrypoint: fn.Entrypoint, RuntimeRef: p.runtimes[fn.Runtime]}
 	if bs.Image == "" || bs.key() != want.key() {
 		if bs.FailedKey == want.key() {
-			return nil // this exact build failed already; a new upload or spec change retries
+			// This exact build failed already; a new upload or spec change retries.
+			return p.setStatus(ctx, ns, fname, func(s *apiv1.FunctionStatus) {
+				if s.Phase != apiv1.PhaseFailed {
+					s.Phase, s.Message = apiv1.PhaseFailed, "the last build of this code failed; upload a fix"
+				}
+			})
 		}
 		if err := p.build(ctx, ns, &fn, &bs, want); err != nil {
 			return err
@@ -96,7 +104,7 @@ func (p *Platform) reconcileFunction(ctx context.Context, ns, fname string) erro
 	p.mu.RLock()
 	cur := p.routes[ns+"/"+fname]
 	p.mu.RUnlock()
-	if cur == nil || cur.name != cname || !p.healthy(ctx, cur) {
+	if cur == nil || cur.name != cname || !p.running(ctx, cur.name) {
 		inst, err := p.startFunction(ctx, ns, fname, bs.Image, cname, env, fn.MemoryMB)
 		if err != nil {
 			// The previous container, if any, keeps serving.
@@ -110,8 +118,13 @@ func (p *Platform) reconcileFunction(ctx context.Context, ns, fname string) erro
 		err = p.setStatus(ctx, ns, fname, func(s *apiv1.FunctionStatus) {
 			s.Phase, s.Message, s.Image = apiv1.PhaseReady, "", bs.Image
 		})
-		// The old container gets SIGTERM and finishes what it is serving; Ready does not wait for it.
-		p.stopFunction(ctx, ns, fname, cname)
+		// The old container gets SIGTERM and finishes what it is serving (up to the function's
+		// timeout); Ready does not wait for it.
+		p.jobWG.Add(1)
+		go func() {
+			defer p.jobWG.Done()
+			p.stopFunction(context.WithoutCancel(ctx), ns, fname, cname)
+		}()
 		return err
 	}
 	return p.setStatus(ctx, ns, fname, func(s *apiv1.FunctionStatus) {
@@ -134,11 +147,17 @@ func (p *Platform) build(ctx context.Context, ns string, fn *apiv1.Function, bs 
 		return err
 	}
 	start := time.Now()
-	image, err := p.buildImage(ctx, ns, *fn, want)
+	image, info, err := p.buildImage(ctx, ns, *fn, want)
 	d := time.Since(start)
 	if err != nil {
-		bs.FailedKey = want.key()
-		putBuild(p.db, ns, fn.Name, *bs)
+		if ctx.Err() != nil {
+			return ctx.Err() // stopping: the next start builds again
+		}
+		if userError(err) {
+			// This code will fail the same way again: do not retry it until it changes.
+			bs.FailedKey = want.key()
+			putBuild(p.db, ns, fn.Name, *bs)
+		}
 		p.setStatus(ctx, ns, fn.Name, func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseFailed, "build failed: "+err.Error() })
 		return fmt.Errorf("building %s/%s: %w", ns, fn.Name, err)
 	}
@@ -151,39 +170,64 @@ func (p *Platform) build(ctx context.Context, ns string, fn *apiv1.Function, bs 
 	now := time.Now().UTC().Truncate(time.Second)
 	return p.setStatus(ctx, ns, fn.Name, func(s *apiv1.FunctionStatus) {
 		s.Image, s.LastBuiltAt = image, &now
-		s.Build = &apiv1.BuildInfo{DurationMS: d.Milliseconds()}
+		if info == nil {
+			info = &apiv1.BuildInfo{}
+		}
+		info.DurationMS = d.Milliseconds()
+		s.Build = info
 		s.Message = "built; starting"
 	})
 }
 
-func (p *Platform) buildImage(ctx context.Context, ns string, fn apiv1.Function, want buildState) (string, error) {
+// buildImage builds (with the cached dependency layer when the code has a manifest) and pushes.
+func (p *Platform) buildImage(ctx context.Context, ns string, fn apiv1.Function, want buildState) (string, *apiv1.BuildInfo, error) {
 	if want.RuntimeRef == "" {
-		return "", fmt.Errorf("runtime %q is not installed", fn.Runtime)
+		return "", nil, fmt.Errorf("runtime %q is not installed", fn.Runtime)
 	}
 	rc, err := p.code.Get(ctx, api.CodeKey(ns, fn.Name, want.CodeSHA256))
 	if err != nil {
-		return "", fmt.Errorf("reading the uploaded code: %w", err)
+		return "", nil, fmt.Errorf("reading the uploaded code: %w", err)
 	}
 	defer rc.Close()
 	f, ok := rc.(*os.File) // the directory code store hands out files, which are ReaderAts
 	if !ok {
-		return "", errors.New("code store does not return seekable files")
+		return "", nil, errors.New("code store does not return seekable files")
 	}
 	st, err := f.Stat()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	res, err := p.builder.Build(ctx, oci.Source{RuntimeImage: want.RuntimeRef, Zip: f, ZipSize: st.Size(), ZipSHA256: want.CodeSHA256,
-		Handler: fn.Entrypoint, Function: fn.Name, Namespace: ns, Runtime: fn.Runtime})
+	src := oci.Source{RuntimeImage: want.RuntimeRef, Zip: f, ZipSize: st.Size(), ZipSHA256: want.CodeSHA256,
+		Handler: fn.Entrypoint, Function: fn.Name, Namespace: ns, Runtime: fn.Runtime}
+	manifests, err := manifestsOf(f, st.Size(), fn.Runtime)
 	if err != nil {
-		return "", err
+		return "", nil, fmt.Errorf("reading dependency manifests: %w", err)
+	}
+	var info *apiv1.BuildInfo
+	if manifests != nil {
+		rt, _ := runtimes.Lookup(fn.Runtime)
+		index := p.cfg.PipIndexURL
+		if fn.Runtime == "nodejs20" {
+			index = p.cfg.NPMRegistry
+		}
+		dr, err := p.deps.Layer(ctx, deps.Spec{Runtime: fn.Runtime, RuntimeImage: want.RuntimeRef, Files: manifests,
+			Namespace: ns, IndexURL: index}, rt.DepsDir)
+		if err != nil {
+			return "", nil, err
+		}
+		src.Deps, src.DepsKey = dr.Layer, dr.Key
+		info = &apiv1.BuildInfo{DepsKey: dr.Key, DepsCached: dr.Cached, DepsWarning: dr.Warning}
+	}
+	res, err := p.builder.Build(ctx, src)
+	if err != nil {
+		return "", nil, err
 	}
 	defer res.Close()
 	ref, err := p.builder.Push(ctx, res, p.regHost+"/"+ns+"/"+fn.Name+":latest")
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return ref.String(), nil
+	return ref.String(), info, nil
 }
 
 // runEnv is what a function's container gets at run time: never baked into the image.
@@ -193,6 +237,7 @@ func runEnv(fn apiv1.Function) map[string]string {
 		env[k] = v
 	}
 	env["TIMEOUT_SEC"] = strconv.Itoa(max(fn.TimeoutSec, 1))
+	env["GRACE_SEC"] = strconv.Itoa(max(fn.TimeoutSec, 1) + 2) // a stopping container finishes its requests
 	env["HOST"] = "127.0.0.1"
 	return env
 }
@@ -235,7 +280,8 @@ func (p *Platform) startFunction(ctx context.Context, ns, fname, image, cname st
 	return inst, nil
 }
 
-// adopt takes over a running container of this name (after a restart of sless up).
+// adopt takes over a running container of this name (after a restart of sless up). A running
+// container is never removed for answering /health slowly: a busy handler can stall it.
 func (p *Platform) adopt(ctx context.Context, cname string) *instance {
 	cs, err := p.podman.list(ctx, p.instance)
 	if err != nil {
@@ -248,12 +294,18 @@ func (p *Platform) adopt(ctx context.Context, cname string) *instance {
 				return nil
 			}
 			inst := &instance{name: cname, url: u}
-			if p.healthy(ctx, inst) {
+			if p.waitHealthy(ctx, inst) == nil {
 				return inst
 			}
 		}
 	}
 	return nil
+}
+
+// running reports whether the container exists and runs.
+func (p *Platform) running(ctx context.Context, cname string) bool {
+	st, err := p.podman.state(ctx, cname)
+	return err == nil && st == "running"
 }
 
 var healthClient = &http.Client{Timeout: 2 * time.Second}
@@ -303,9 +355,13 @@ func (p *Platform) stopFunction(ctx context.Context, ns, fname, keep string) {
 	if err != nil {
 		return
 	}
+	grace := 5
+	if fn, err := p.functions.Get(ctx, ns, fname); err == nil {
+		grace = max(fn.TimeoutSec, 1) + 5
+	}
 	for _, c := range cs {
 		if c.Labels[labelRole] == "function" && c.Labels[labelNamespace] == ns && c.Labels[labelFunction] == fname && c.Name != keep {
-			p.podman.remove(ctx, c.Name)
+			p.podman.removeWithin(ctx, c.Name, grace)
 		}
 	}
 }
@@ -325,9 +381,8 @@ func (p *Platform) cleanupFunction(ctx context.Context, ns, fname string) error 
 			}
 		}
 	}
-	if err := p.code.DeletePrefix(ctx, api.CodePrefix(ns, fname)); err != nil {
-		return err
-	}
+	// Stored code is removed by the API when the function is deleted; removing it here could take
+	// the upload of a function re-created under the same name meanwhile.
 	if err := p.inv.forget(ns, fname); err != nil {
 		return err
 	}
@@ -341,4 +396,13 @@ func freePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// userError reports whether a build failed because of the code or its manifests (it will fail the
+// same way again) rather than the platform (registry, disk), which is worth retrying.
+func userError(err error) bool {
+	var ee *layers.EntryError
+	var ie *deps.InstallError
+	return errors.As(err, &ee) || errors.As(err, &ie) || errors.Is(err, oci.ErrInvalidSource) || errors.Is(err, deps.ErrInvalidSpec) ||
+		errors.Is(err, layers.ErrInvalidArchive) || errors.Is(err, layers.ErrTooLarge) || errors.Is(err, layers.ErrCompressionRatio)
 }

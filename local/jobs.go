@@ -62,8 +62,10 @@ func (p *Platform) reconcileJob(ctx context.Context, ns, jname string) error {
 	p.jobWG.Add(1)
 	go func() {
 		defer p.jobWG.Done()
-		ok, msg := p.runOnce(context.WithoutCancel(ctx), containerSpec{name: cname, image: bs.Image, labels: labels, env: env, detach: true, memoryMB: fn.MemoryMB}, true)
-		p.finishJob(ns, jname, runID, ok, msg)
+		ok, msg, interrupted := p.runOnce(ctx, containerSpec{name: cname, image: bs.Image, labels: labels, env: env, detach: true, memoryMB: fn.MemoryMB}, true)
+		if !interrupted {
+			p.finishJob(ns, jname, runID, ok, msg)
+		}
 	}()
 	return nil
 }
@@ -85,15 +87,21 @@ func (p *Platform) finishJob(ns, jname string, runID int64, ok bool, msg string)
 
 // runOnce runs a job-mode container to completion (or attaches to it after a restart) and returns
 // whether it succeeded and its message: the result (last stdout line) or the error (stderr tail).
-func (p *Platform) runOnce(ctx context.Context, spec containerSpec, start bool) (bool, string) {
+//
+// When ctx ends first (sless up is stopping), interrupted is true and the container is left running:
+// the next start re-attaches to it (recover).
+func (p *Platform) runOnce(ctx context.Context, spec containerSpec, start bool) (ok bool, msg string, interrupted bool) {
 	cname := spec.name
 	if start {
-		p.podman.remove(ctx, cname)
-		if err := p.podman.start(ctx, spec); err != nil {
-			return false, err.Error()
+		p.podman.remove(context.WithoutCancel(ctx), cname)
+		if err := p.podman.start(context.WithoutCancel(ctx), spec); err != nil {
+			return false, err.Error(), false
 		}
 	}
 	code, err := p.podman.wait(ctx, cname)
+	if ctx.Err() != nil {
+		return false, "", true
+	}
 	stdout, stderr := p.podman.logs(ctx, cname, 50)
 	// conmon may still be writing the log when wait returns (seen under load): a successful run
 	// always prints its result, so give an empty log a moment.
@@ -103,12 +111,12 @@ func (p *Platform) runOnce(ctx context.Context, spec containerSpec, start bool) 
 	}
 	p.podman.remove(ctx, cname)
 	if err != nil {
-		return false, err.Error()
+		return false, err.Error(), false
 	}
 	if code != 0 {
-		return false, strings.TrimSpace(lastLines(stderr, 10))
+		return false, strings.TrimSpace(lastLines(stderr, 10)), false
 	}
-	return true, strings.TrimSpace(lastLines(stdout, 1))
+	return true, strings.TrimSpace(lastLines(stdout, 1)), false
 }
 
 func (p *Platform) removeContainers(ctx context.Context, match func(container) bool) {

@@ -24,6 +24,7 @@ import (
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/codestore"
+	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/internal/registry"
 	"github.com/sless-dev/sless/oci"
 	"github.com/sless-dev/sless/runtimes"
@@ -45,6 +46,9 @@ type Config struct {
 	PublicURL string
 	// Clock drives cron triggers. The default is the real clock.
 	Clock Clock
+	// PipIndexURL and NPMRegistry are the package indexes dependency installs use; empty means
+	// pip's and npm's defaults.
+	PipIndexURL, NPMRegistry string
 	// Logger receives the platform's log; Progress the slow first-start steps for a human.
 	Logger   *slog.Logger
 	Progress io.Writer
@@ -75,10 +79,12 @@ type Platform struct {
 	mu     sync.RWMutex
 	routes map[string]*instance // "ns/name" -> serving container
 
-	queue *queue
-	sched *scheduler
-	wg    sync.WaitGroup
-	jobWG sync.WaitGroup
+	queue    *queue
+	sched    *scheduler
+	deps     *deps.Cache
+	depsRuns atomic.Int64
+	wg       sync.WaitGroup
+	jobWG    sync.WaitGroup
 }
 
 // Open prepares the platform: state, registry, code store, builder, podman. It does no slow work;
@@ -139,6 +145,11 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 		notify: func(ns, name string) { p.queue.add("job/" + ns + "/" + name) }}
 	p.nss = &namespaces{db: p.db}
 	p.sched = newScheduler(p)
+	store, err := deps.NewRegistryStore(p.regHost + "/sless/deps")
+	if err != nil {
+		return fail(err)
+	}
+	p.deps = deps.NewCache(store, depsResolver{p}, cfg.DataDir)
 	return p, nil
 }
 

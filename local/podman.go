@@ -142,7 +142,12 @@ func (p *podman) state(ctx context.Context, name string) (string, error) {
 }
 
 func (p *podman) remove(ctx context.Context, name string) error {
-	_, err := p.run(ctx, "rm", "-f", "-t", "5", name)
+	return p.removeWithin(ctx, name, 5)
+}
+
+// removeWithin stops the container (SIGTERM, then SIGKILL after grace seconds) and removes it.
+func (p *podman) removeWithin(ctx context.Context, name string, grace int) error {
+	_, err := p.run(ctx, "rm", "-f", "-t", strconv.Itoa(grace), name)
 	return err
 }
 

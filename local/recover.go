@@ -50,12 +50,19 @@ func (p *Platform) recover(ctx context.Context) error {
 			p.jobWG.Add(1)
 			go func() {
 				defer p.jobWG.Done()
-				ok, msg := p.runOnce(context.WithoutCancel(ctx), containerSpec{name: cname}, false)
-				p.finishJob(ns, j.Name, j.Status.LastRunID, ok, msg)
+				ok, msg, interrupted := p.runOnce(ctx, containerSpec{name: cname}, false)
+				if !interrupted {
+					p.finishJob(ns, j.Name, j.Status.LastRunID, ok, msg)
+				}
 			}()
 		}
 	}
 	for _, c := range cs {
+		if c.Labels[labelRole] == "cron" {
+			// A cron run interrupted by the stop: it is not recorded, and the schedule goes on.
+			p.podman.remove(ctx, c.Name)
+			continue
+		}
 		if c.Labels[labelRole] == "function" && !known[c.Labels[labelNamespace]+"/"+c.Labels[labelFunction]] {
 			p.log.Info("removing orphaned container", "container", c.Name)
 			p.podman.remove(ctx, c.Name)

@@ -149,7 +149,13 @@ func (s *scheduler) fire(ctx context.Context, ns string, t apiv1.Trigger, due ti
 	go func() {
 		defer p.jobWG.Done()
 		start := time.Now()
-		ok, msg := p.runOnce(context.WithoutCancel(ctx), containerSpec{name: cname, image: bs.Image, labels: labels, env: env, detach: true, memoryMB: fn.MemoryMB}, true)
+		ok, msg, interrupted := p.runOnce(ctx, containerSpec{name: cname, image: bs.Image, labels: labels, env: env, detach: true, memoryMB: fn.MemoryMB}, true)
+		if interrupted {
+			s.mu.Lock()
+			delete(s.running, k)
+			s.mu.Unlock()
+			return
+		}
 		status := 200
 		if !ok {
 			status = 500

@@ -60,6 +60,10 @@ type Source struct {
 	Handler string
 	// Function, Namespace and Runtime become dev.sless.* labels when set.
 	Function, Namespace, Runtime string
+	// Deps is the cached dependency layer (deps.Cache), placed between the runtime and the code;
+	// DepsKey names it in the image history. Optional.
+	Deps    v1.Layer
+	DepsKey string
 }
 
 // Result is a built, not yet pushed, function image.
@@ -198,8 +202,20 @@ func (b *Builder) Build(ctx context.Context, src Source) (*Result, error) {
 
 	res := &Result{Base: bs.ref, Revision: revision, Code: code}
 	meta := imageMeta{src: src, base: bs.ref, revision: revision, modTime: b.o.modTime, baseName: src.RuntimeImage}
-	hist := v1.History{Created: v1.Time{Time: b.o.modTime}, CreatedBy: historyCode, Comment: revision}
-	res.Image, res.Index, err = appendToAll(bs.img, bs.idx, code, hist, codeEdit(meta), meta.labels)
+	var adds []mutate.Addendum
+	if src.Deps != nil {
+		if bs.idx != nil {
+			code.Close()
+			return nil, fmt.Errorf("%w: dependency layers are per platform; runtime %s is an index", ErrInvalidSource, src.RuntimeImage)
+		}
+		dmt, _ := src.Deps.MediaType()
+		adds = append(adds, mutate.Addendum{Layer: src.Deps, MediaType: dmt,
+			History: v1.History{Created: v1.Time{Time: b.o.modTime}, CreatedBy: "sless: deps " + src.DepsKey}})
+	}
+	lmt, _ := code.MediaType()
+	adds = append(adds, mutate.Addendum{Layer: code, MediaType: lmt,
+		History: v1.History{Created: v1.Time{Time: b.o.modTime}, CreatedBy: historyCode, Comment: revision}})
+	res.Image, res.Index, err = appendToAll(bs.img, bs.idx, adds, codeEdit(meta), meta.labels)
 	if err != nil {
 		code.Close()
 		return nil, err
@@ -309,14 +325,13 @@ func (m imageMeta) labels(baseDigest v1.Hash) map[string]string {
 // OCI manifest. baseDigest is that platform image's digest.
 type configEdit func(cf *v1.ConfigFile, baseDigest v1.Hash) map[string]string
 
-// appendLayer adds one layer to one platform image and applies edit to its config.
-func appendLayer(img v1.Image, l *layers.Layer, hist v1.History, edit configEdit) (v1.Image, error) {
+// appendLayers adds layers to one platform image and applies edit to its config.
+func appendLayers(img v1.Image, adds []mutate.Addendum, edit configEdit) (v1.Image, error) {
 	baseDigest, err := img.Digest()
 	if err != nil {
 		return nil, err
 	}
-	lmt, _ := l.MediaType()
-	out, err := mutate.Append(img, mutate.Addendum{Layer: l, MediaType: lmt, History: hist})
+	out, err := mutate.Append(img, adds...)
 	if err != nil {
 		return nil, fmt.Errorf("appending layer: %w", err)
 	}
@@ -361,11 +376,11 @@ func setLabels(cf *v1.ConfigFile, labels map[string]string) {
 	}
 }
 
-// appendToAll appends l to img, or to every runnable platform image of idx. Entries that are not
-// runnable images (attestations, unknown/unknown) are dropped: their subject would be stale.
-func appendToAll(img v1.Image, idx v1.ImageIndex, l *layers.Layer, hist v1.History, edit configEdit, indexAnnotations func(v1.Hash) map[string]string) (v1.Image, v1.ImageIndex, error) {
+// appendToAll appends the layers to img, or to every runnable platform image of idx. Entries that
+// are not runnable images (attestations, unknown/unknown) are dropped: their subject would be stale.
+func appendToAll(img v1.Image, idx v1.ImageIndex, adds []mutate.Addendum, edit configEdit, indexAnnotations func(v1.Hash) map[string]string) (v1.Image, v1.ImageIndex, error) {
 	if img != nil {
-		out, err := appendLayer(img, l, hist, edit)
+		out, err := appendLayers(img, adds, edit)
 		return out, nil, err
 	}
 	im, err := idx.IndexManifest()
@@ -383,7 +398,7 @@ func appendToAll(img v1.Image, idx v1.ImageIndex, l *layers.Layer, hist v1.Histo
 		if err != nil {
 			return nil, nil, fmt.Errorf("reading base image %s: %w", desc.Digest, err)
 		}
-		built, err := appendLayer(child, l, hist, edit)
+		built, err := appendLayers(child, adds, edit)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -195,8 +195,10 @@ func uploadMonolithic(ctx context.Context, c *http.Client, repo name.Repository,
 	if err != nil {
 		return err
 	}
+	err = transport.CheckError(resp, http.StatusAccepted) // reads the error body: close after
+	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if err := transport.CheckError(resp, http.StatusAccepted); err != nil {
+	if err != nil {
 		return err
 	}
 	loc, err := base.Parse(resp.Header.Get("Location"))
@@ -216,8 +218,10 @@ func uploadMonolithic(ctx context.Context, c *http.Client, repo name.Repository,
 	if err != nil {
 		return err
 	}
+	err = transport.CheckError(resp, http.StatusCreated)
+	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return transport.CheckError(resp, http.StatusCreated)
+	return err
 }
 
 // target parses "repo[:tag]"; a reference with a digest is refused (the digest is the build's).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/sless-dev/sless/layers"
 )
@@ -69,7 +70,8 @@ func (b *Builder) BuildRuntime(ctx context.Context, rs RuntimeSource) (*Result, 
 	}
 	hist := v1.History{Created: v1.Time{Time: b.o.modTime}, CreatedBy: "sless: runtime " + rs.Name}
 	res := &Result{Base: bs.ref, Revision: diffID.String(), Code: l}
-	res.Image, res.Index, err = appendToAll(bs.img, bs.idx, l, hist, edit, labels)
+	lmt, _ := l.MediaType()
+	res.Image, res.Index, err = appendToAll(bs.img, bs.idx, []mutate.Addendum{{Layer: l, MediaType: lmt, History: hist}}, edit, labels)
 	if err != nil {
 		l.Close()
 		return nil, err

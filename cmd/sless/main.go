@@ -1,6 +1,6 @@
 // Command sless is the sless command line: `sless build` builds a function image in-process,
 // `sless runtime build` a runtime image, `sless registry` serves the embedded registry.
-// `sless up` runs the single-host platform. Later subcommands (deps push) join it here. Only this package reads flags and
+// `sless up` runs the single-host platform; `sless deps push` layers installed dependencies. Only this package reads flags and
 // the environment; the libraries it calls are configured through options.
 package main
 
@@ -42,6 +42,7 @@ Usage:
   sless up [--data-dir DIR] [--listen 127.0.0.1:8080] [--registry-listen 127.0.0.1:5000]
   sless build --runtime-image REF --src DIR|FILE.zip --handler MODULE.FUNC --to REPO[:TAG]
   sless runtime build --runtime python3.11|nodejs20 --base REF --to REPO[:TAG]
+  sless deps push --dir DIR --to REPO:KEY [--prefix /app/deps]
   sless registry --listen ADDR --root DIR     serve a CNCF Distribution registry (for trying things out)
   sless version
 
@@ -58,6 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runBuild(ctx, args[1:], stdout, stderr)
 	case "up":
 		return runUp(ctx, args[1:], stdout, stderr)
+	case "deps":
+		return runDeps(ctx, args[1:], stdout, stderr)
 	case "runtime":
 		return runRuntime(ctx, args[1:], stdout, stderr)
 	case "registry":

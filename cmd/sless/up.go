@@ -53,6 +53,8 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	issuer := fs.String("jwt-issuer", "", "required iss claim")
 	audience := fs.String("jwt-audience", "", "required aud claim")
 	uploadLimit := fs.Int64("upload-limit", api.DefaultUploadLimit, "largest accepted code archive in bytes")
+	pipIndex := fs.String("pip-index-url", "", "package index for pip installs of requirements.txt (default: pip's)")
+	npmRegistry := fs.String("npm-registry", "", "registry for npm installs of package.json (default: npm's)")
 	testClock := fs.Bool("test-clock", false, "cron follows a manual clock set with POST /debug/clock?time=RFC3339 (tests only)")
 	quiet := fs.Bool("quiet", false, "no request log on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -123,7 +125,8 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		*basesScript = ""
 	}
 	p, err := local.Open(ctx, local.Config{DataDir: *dataDir, RegistryListen: *regListen, PodmanRoot: *podmanRoot,
-		BasesDir: *basesDir, BasesScript: *basesScript, PublicURL: *publicURL, Clock: clock, Logger: logger, Progress: stderr})
+		BasesDir: *basesDir, BasesScript: *basesScript, PublicURL: *publicURL, Clock: clock, Logger: logger, Progress: stderr,
+		PipIndexURL: *pipIndex, NPMRegistry: *npmRegistry})
 	if err != nil {
 		ln.Close()
 		return err

@@ -1,0 +1,196 @@
+package deps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/sless-dev/sless/layers"
+)
+
+// ErrNotFound is what a Store returns for a key it does not hold.
+var ErrNotFound = errors.New("no cached layer for this key")
+
+// Store keeps dependency layers by key. Implementations: RegistryStore, MemStore.
+type Store interface {
+	Get(ctx context.Context, key string) (v1.Layer, error)
+	Put(ctx context.Context, key string, l v1.Layer) (v1.Layer, error)
+}
+
+// Resolver runs an Installer with the manifests in inDir (mounted at /in) and writes the result to
+// outDir (mounted at /out). Implementations: the single host's podman runner (local/); Kubernetes
+// runs the same argv in a Job (operator/).
+type Resolver interface {
+	Resolve(ctx context.Context, s Spec, in Installer, inDir, outDir string) error
+}
+
+// RegistryStore keeps each layer as a one-layer image <repo>:<key>.
+type RegistryStore struct {
+	repo name.Repository
+	opts []remote.Option
+}
+
+var _ Store = (*RegistryStore)(nil)
+
+// NewRegistryStore stores under repo (e.g. "127.0.0.1:5000/sless/deps").
+func NewRegistryStore(repo string, opts ...remote.Option) (*RegistryStore, error) {
+	r, err := name.NewRepository(repo)
+	if err != nil {
+		return nil, fmt.Errorf("deps store repository %q: %w", repo, err)
+	}
+	return &RegistryStore{repo: r, opts: opts}, nil
+}
+
+// Get returns the stored layer (a remote layer: pushing an image that holds it mounts it).
+func (s *RegistryStore) Get(ctx context.Context, key string) (v1.Layer, error) {
+	img, err := remote.Image(s.repo.Tag(key), append(s.opts, remote.WithContext(ctx))...)
+	if err != nil {
+		if isNotFound(err) {
+			return nil, ErrNotFound
+		}
+		return nil, err
+	}
+	ls, err := img.Layers()
+	if err != nil {
+		return nil, err
+	}
+	if len(ls) != 1 {
+		return nil, fmt.Errorf("deps image %s:%s has %d layers, want 1", s.repo, key, len(ls))
+	}
+	return ls[0], nil
+}
+
+// Put pushes l as <repo>:<key> and returns the stored copy.
+func (s *RegistryStore) Put(ctx context.Context, key string, l v1.Layer) (v1.Layer, error) {
+	img, err := mutate.AppendLayers(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON), l)
+	if err != nil {
+		return nil, err
+	}
+	if err := remote.Write(s.repo.Tag(key), img, append(s.opts, remote.WithContext(ctx))...); err != nil {
+		return nil, fmt.Errorf("pushing deps layer %s: %w", key, err)
+	}
+	return s.Get(ctx, key)
+}
+
+// MemStore is an in-memory Store for unit tests.
+type MemStore struct {
+	mu sync.Mutex
+	m  map[string]v1.Layer
+}
+
+// Get returns a stored layer or ErrNotFound.
+func (s *MemStore) Get(_ context.Context, key string) (v1.Layer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.m[key]; ok {
+		return l, nil
+	}
+	return nil, ErrNotFound
+}
+
+// Put stores l.
+func (s *MemStore) Put(_ context.Context, key string, l v1.Layer) (v1.Layer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]v1.Layer{}
+	}
+	s.m[key] = l
+	return l, nil
+}
+
+// Result is what Cache.Layer found or made.
+type Result struct {
+	Layer   v1.Layer
+	Key     string
+	Cached  bool   // true when no installer ran
+	Warning string // e.g. npm without a lockfile
+}
+
+// Cache gets a Spec's layer from the Store or, on a miss, resolves it once (concurrent requests
+// for one key share the install) and stores it. A failed install caches nothing.
+type Cache struct {
+	store    Store
+	resolver Resolver
+	tempDir  string
+	flight   singleflight.Group
+}
+
+// NewCache makes a Cache. tempDir holds the install's in/out dirs ("" for os.TempDir()).
+func NewCache(store Store, resolver Resolver, tempDir string) *Cache {
+	return &Cache{store: store, resolver: resolver, tempDir: tempDir}
+}
+
+// Layer returns the dependency layer for s, placed under dir (/app/deps, /app/node_modules).
+func (c *Cache) Layer(ctx context.Context, s Spec, dir string) (Result, error) {
+	in, err := s.Installer()
+	if err != nil {
+		return Result{}, err
+	}
+	key, err := Key(s)
+	if err != nil {
+		return Result{}, err
+	}
+	v, err, _ := c.flight.Do(key, func() (any, error) {
+		if l, err := c.store.Get(ctx, key); err == nil {
+			return Result{Layer: l, Key: key, Cached: true, Warning: in.Warning}, nil
+		} else if !errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("reading the deps cache: %w", err)
+		}
+		l, err := c.resolve(ctx, s, in, dir)
+		if err != nil {
+			return nil, err
+		}
+		stored, err := c.store.Put(ctx, key, l)
+		if err != nil {
+			return nil, err
+		}
+		return Result{Layer: stored, Key: key, Warning: in.Warning}, nil
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	return v.(Result), nil
+}
+
+func (c *Cache) resolve(ctx context.Context, s Spec, in Installer, dir string) (v1.Layer, error) {
+	work, err := os.MkdirTemp(c.tempDir, "sless-deps-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	inDir, outDir := filepath.Join(work, "in"), filepath.Join(work, "out")
+	for _, d := range []string{inDir, outDir, filepath.Join(work, "work")} {
+		if err := os.MkdirAll(d, 0o777); err != nil {
+			return nil, err
+		}
+	}
+	for n, b := range s.Files {
+		if err := os.WriteFile(filepath.Join(inDir, n), b, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.resolver.Resolve(ctx, s, in, inDir, outDir); err != nil {
+		return nil, err
+	}
+	return LayerFromDir(outDir, dir)
+}
+
+// LayerFromDir makes the deterministic dependency layer of an installed directory (what `sless
+// deps push` does in a Kubernetes deps Job).
+func LayerFromDir(src, dir string) (*layers.Layer, error) {
+	// Installed trees can be large; the code limits do not apply.
+	return layers.FromFS(os.DirFS(src), layers.WithPrefix(dir), layers.WithSymlinks(),
+		layers.WithMaxEntries(1_000_000), layers.WithMaxBytes(8<<30))
+}

@@ -1,0 +1,244 @@
+// Package deps turns a function's dependency manifest (requirements.txt; package.json +
+// package-lock.json) into a cached, content-addressed layer: the key is a hash of what decides the
+// install's result, a Resolver installs on a miss, and a Store (the registry) keeps the layer so
+// every later build with the same key mounts it instead of installing again. deps knows no
+// Kubernetes: it exports the installer's argv and env for whoever runs it.
+package deps
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+)
+
+// ErrInvalidSpec marks a manifest the platform refuses (index options in requirements.txt, a
+// package.json that is not JSON, …). The message says what to change.
+var ErrInvalidSpec = errors.New("invalid dependencies")
+
+// InstallError is an installer that ran and failed (unknown package, bad version, index refused):
+// the dependencies, not the platform, need fixing. Output holds the installer's last lines.
+type InstallError struct{ Output string }
+
+func (e *InstallError) Error() string { return "installing dependencies failed:\n" + e.Output }
+
+// Manifest file names.
+const (
+	Requirements = "requirements.txt"
+	PackageJSON  = "package.json"
+	PackageLock  = "package-lock.json"
+)
+
+// Spec is everything that decides what an install produces.
+type Spec struct {
+	// Runtime is "python3.11" or "nodejs20".
+	Runtime string
+	// RuntimeImage is the runtime image, by digest, the installer runs in (its pip/npm and libc).
+	RuntimeImage string
+	// Files are the manifest files by name (requirements.txt, or package.json and
+	// package-lock.json).
+	Files map[string][]byte
+	// Namespace is the tenant. Installs that may run package code (setup.py, npm scripts) are cached
+	// per tenant; fully pinned, script-free installs are shared (DESIGN.md §4).
+	Namespace string
+	// IndexURL is the package index the platform uses (pip index URL / npm registry); empty means
+	// the installer's default.
+	IndexURL string
+}
+
+// Detect returns the manifests of runtime found in files (name → content), or nil if there are
+// none. files may hold any other files of the function; they are ignored.
+func Detect(runtime string, files map[string][]byte) map[string][]byte {
+	var names []string
+	switch runtime {
+	case "python3.11":
+		names = []string{Requirements}
+	case "nodejs20":
+		names = []string{PackageJSON, PackageLock}
+	}
+	out := map[string][]byte{}
+	for _, n := range names {
+		if b, ok := files[n]; ok {
+			out[n] = b
+		}
+	}
+	if len(out) == 0 || (runtime == "nodejs20" && out[PackageJSON] == nil) {
+		return nil
+	}
+	return out
+}
+
+// Installer is the command that installs a Spec's dependencies into /out, with the manifests in
+// /in (read-only) and a writable working directory /work.
+type Installer struct {
+	Argv []string
+	Env  []string
+	// Warning is set when the install is not reproducible (npm without a lockfile).
+	Warning string
+}
+
+// OutDir is where the installer writes; its content becomes the layer at the runtime's deps dir.
+const OutDir = "/out"
+
+// Installer returns the install command for s, after checking the manifests.
+func (s Spec) Installer() (Installer, error) {
+	switch s.Runtime {
+	case "python3.11":
+		if err := checkRequirements(s.Files[Requirements]); err != nil {
+			return Installer{}, err
+		}
+		argv := []string{"python3", "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check", "--no-input",
+			"--no-compile", "--target", OutDir, "-r", "/in/" + Requirements}
+		if s.IndexURL != "" {
+			argv = append(argv, "--index-url", s.IndexURL)
+			if u, err := url.Parse(s.IndexURL); err == nil && u.Scheme == "http" {
+				argv = append(argv, "--trusted-host", u.Hostname())
+			}
+		}
+		if s.shareable() {
+			argv = append(argv, "--only-binary=:all:", "--require-hashes")
+		}
+		// No .pyc files: they embed source mtimes and would make the layer differ between installs.
+		return Installer{Argv: argv, Env: []string{"PYTHONDONTWRITEBYTECODE=1", "PIP_NO_CACHE_DIR=1", "HOME=/work"}}, nil
+	case "nodejs20":
+		if !json.Valid(s.Files[PackageJSON]) {
+			return Installer{}, fmt.Errorf("%w: package.json is not valid JSON", ErrInvalidSpec)
+		}
+		in := Installer{Env: []string{"HOME=/work", "npm_config_cache=/work/.npm", "npm_config_update_notifier=false",
+			"npm_config_fund=false", "npm_config_audit=false"}}
+		cmd := "npm ci --omit=dev"
+		if s.Files[PackageLock] == nil {
+			cmd = "npm install --omit=dev --no-package-lock"
+			in.Warning = "no package-lock.json: dependencies were resolved with npm install, so a later build may get other versions; commit a lockfile for reproducible builds"
+		} else if !json.Valid(s.Files[PackageLock]) {
+			return Installer{}, fmt.Errorf("%w: package-lock.json is not valid JSON", ErrInvalidSpec)
+		}
+		if s.shareable() {
+			cmd += " --ignore-scripts"
+		}
+		if s.IndexURL != "" {
+			in.Env = append(in.Env, "npm_config_registry="+s.IndexURL)
+		}
+		// npm installs into the working directory; the result moves to /out.
+		in.Argv = []string{"sh", "-c", "set -e; cp /in/* /work/; cd /work; " + cmd + "; if [ -d node_modules ]; then cp -a node_modules/. " + OutDir + "/; fi"}
+		return in, nil
+	}
+	return Installer{}, fmt.Errorf("%w: runtime %q has no dependency installer", ErrInvalidSpec, s.Runtime)
+}
+
+// indexOptions change where pip looks for packages; the platform decides that.
+var indexOptions = []string{"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--trusted-host", "--no-index"}
+
+func checkRequirements(b []byte) error {
+	if b == nil {
+		return fmt.Errorf("%w: requirements.txt is missing", ErrInvalidSpec)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		for _, opt := range indexOptions {
+			if line == opt || strings.HasPrefix(line, opt+" ") || strings.HasPrefix(line, opt+"=") || (len(opt) == 2 && strings.HasPrefix(line, opt) && !strings.HasPrefix(line, "--")) {
+				return fmt.Errorf("%w: requirements.txt line %d: %q sets the package index; remove it (the platform chooses the index)", ErrInvalidSpec, n, opt)
+			}
+		}
+		if strings.HasPrefix(line, "-r") || strings.HasPrefix(line, "--requirement") || strings.HasPrefix(line, "-c") || strings.HasPrefix(line, "--constraint") {
+			return fmt.Errorf("%w: requirements.txt line %d: nested requirement files are not uploaded with the manifest; list the packages here", ErrInvalidSpec, n)
+		}
+	}
+	return nil
+}
+
+// shareable reports whether the install cannot run tenant-controlled code and is fully pinned, so
+// its layer may be shared across tenants: pip with a hash on every requirement (installed with
+// --only-binary=:all: --require-hashes), npm with an integrity on every lockfile package (installed
+// with --ignore-scripts).
+func (s Spec) shareable() bool {
+	switch s.Runtime {
+	case "python3.11":
+		sc := bufio.NewScanner(bytes.NewReader(s.Files[Requirements]))
+		any := false
+		var logical strings.Builder
+		lines := []string{}
+		for sc.Scan() { // join continuation lines
+			l := sc.Text()
+			if strings.HasSuffix(strings.TrimSpace(l), "\\") {
+				logical.WriteString(strings.TrimSuffix(strings.TrimSpace(l), "\\") + " ")
+				continue
+			}
+			logical.WriteString(l)
+			lines = append(lines, logical.String())
+			logical.Reset()
+		}
+		for _, l := range lines {
+			l = strings.TrimSpace(l)
+			if l == "" || strings.HasPrefix(l, "#") {
+				continue
+			}
+			if !strings.Contains(l, "--hash=sha256:") || !strings.Contains(l, "==") {
+				return false
+			}
+			any = true
+		}
+		return any
+	case "nodejs20":
+		var lock struct {
+			Packages map[string]struct {
+				Integrity string `json:"integrity"`
+				Link      bool   `json:"link"`
+			} `json:"packages"`
+		}
+		if json.Unmarshal(s.Files[PackageLock], &lock) != nil || len(lock.Packages) == 0 {
+			return false
+		}
+		for path, p := range lock.Packages {
+			if path == "" || p.Link {
+				continue
+			}
+			if p.Integrity == "" {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// Key is the content address of a Spec's layer: sha256 over the runtime image digest, the manifest
+// files, the installer command line and the tenant (or "shared" when the install is shareable).
+// Golden tests pin it: a change that moves keys invalidates every cached layer.
+func Key(s Spec) (string, error) {
+	in, err := s.Installer()
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	field := func(name string, b []byte) {
+		fmt.Fprintf(h, "%s %d\n", name, len(b))
+		h.Write(b)
+		h.Write([]byte("\n"))
+	}
+	field("runtime", []byte(s.Runtime))
+	field("image", []byte(s.RuntimeImage))
+	names := make([]string, 0, len(s.Files))
+	for n := range s.Files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		field("file "+n, s.Files[n])
+	}
+	field("argv", []byte(strings.Join(in.Argv, "\x00")))
+	field("env", []byte(strings.Join(in.Env, "\x00")))
+	scope := "shared"
+	if !s.shareable() {
+		scope = "tenant " + s.Namespace
+	}
+	field("scope", []byte(scope))
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

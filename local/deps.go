@@ -1,0 +1,69 @@
+package local
+
+import (
+	"archive/zip"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/sless-dev/sless/deps"
+)
+
+// depsResolver runs an installer as a one-shot container of the runtime image (host network, so it
+// reaches the package index the platform is configured with).
+type depsResolver struct{ p *Platform }
+
+var _ deps.Resolver = depsResolver{}
+
+// Resolve runs the installer; on failure the error carries its last lines.
+func (r depsResolver) Resolve(ctx context.Context, s deps.Spec, in deps.Installer, inDir, outDir string) error {
+	p := r.p
+	p.depsRuns.Add(1)
+	name := fmt.Sprintf("sless-deps-%s-%d", p.instance, p.depsRuns.Load())
+	args := []string{"run", "--rm", "--name", name, "--user", "0:0", "--label", labelInstance + "=" + p.instance, "--label", labelRole + "=deps",
+		"-v", inDir + ":/in:ro", "-v", outDir + ":" + deps.OutDir, "-v", strings.TrimSuffix(outDir, "/out") + "/work:/work", "-w", "/work"}
+	args = append(args, runFlags...)
+	for _, e := range in.Env {
+		args = append(args, "-e", e)
+	}
+	args = append(args, s.RuntimeImage)
+	args = append(args, in.Argv...)
+	out, err := p.podman.run(ctx, args...)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &deps.InstallError{Output: strings.TrimSpace(lastLines(out+"\n"+err.Error(), 15))}
+	}
+	return nil
+}
+
+// manifestsOf reads the dependency manifests at the root of an uploaded zip.
+func manifestsOf(f io.ReaderAt, size int64, runtime string) (map[string][]byte, error) {
+	zr, err := zip.NewReader(f, size)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	for _, zf := range zr.File {
+		n := strings.TrimPrefix(zf.Name, "./")
+		if n != deps.Requirements && n != deps.PackageJSON && n != deps.PackageLock {
+			continue
+		}
+		if zf.UncompressedSize64 > 4<<20 {
+			return nil, fmt.Errorf("%s is larger than 4 MiB", n)
+		}
+		rc, err := zf.Open()
+		if err != nil {
+			return nil, err
+		}
+		b, err := io.ReadAll(io.LimitReader(rc, 4<<20))
+		rc.Close()
+		if err != nil {
+			return nil, err
+		}
+		files[n] = b
+	}
+	return deps.Detect(runtime, files), nil
+}
