@@ -24,6 +24,10 @@ func (r depsResolver) Resolve(ctx context.Context, s deps.Spec, in deps.Installe
 	args := []string{"run", "--rm", "--name", name, "--user", "0:0", "--label", labelInstance + "=" + p.instance, "--label", labelRole + "=deps",
 		"-v", inDir + ":/in:ro", "-v", outDir + ":" + deps.OutDir, "-v", strings.TrimSuffix(outDir, "/out") + "/work:/work", "-w", "/work"}
 	args = append(args, runFlags...)
+	if ca := p.cfg.DepsCAFile; ca != "" {
+		const inside = "/etc/sless/ca.crt"
+		args = append(args, "-v", ca+":"+inside+":ro", "-e", "NODE_EXTRA_CA_CERTS="+inside, "-e", "npm_config_cafile="+inside, "-e", "PIP_CERT="+inside)
+	}
 	for _, e := range in.Env {
 		args = append(args, "-e", e)
 	}

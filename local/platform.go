@@ -49,6 +49,9 @@ type Config struct {
 	// PipIndexURL and NPMRegistry are the package indexes dependency installs use; empty means
 	// pip's and npm's defaults.
 	PipIndexURL, NPMRegistry string
+	// DepsCAFile is a CA bundle mounted into dependency installs (pip, npm), for indexes behind a
+	// TLS proxy or with a private CA. Empty: the runtime image's own bundle.
+	DepsCAFile string
 	// Logger receives the platform's log; Progress the slow first-start steps for a human.
 	Logger   *slog.Logger
 	Progress io.Writer

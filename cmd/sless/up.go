@@ -55,6 +55,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	uploadLimit := fs.Int64("upload-limit", api.DefaultUploadLimit, "largest accepted code archive in bytes")
 	pipIndex := fs.String("pip-index-url", "", "package index for pip installs of requirements.txt (default: pip's)")
 	npmRegistry := fs.String("npm-registry", "", "registry for npm installs of package.json (default: npm's)")
+	depsCA := fs.String("deps-ca-file", defaultCAFile(), "CA bundle for dependency installs ('' for the runtime image's own)")
 	testClock := fs.Bool("test-clock", false, "cron follows a manual clock set with POST /debug/clock?time=RFC3339 (tests only)")
 	quiet := fs.Bool("quiet", false, "no request log on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -126,7 +127,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	p, err := local.Open(ctx, local.Config{DataDir: *dataDir, RegistryListen: *regListen, PodmanRoot: *podmanRoot,
 		BasesDir: *basesDir, BasesScript: *basesScript, PublicURL: *publicURL, Clock: clock, Logger: logger, Progress: stderr,
-		PipIndexURL: *pipIndex, NPMRegistry: *npmRegistry})
+		PipIndexURL: *pipIndex, NPMRegistry: *npmRegistry, DepsCAFile: *depsCA})
 	if err != nil {
 		ln.Close()
 		return err
@@ -218,4 +219,14 @@ func clockHandler(c *local.ManualClock, p *local.Platform, next http.Handler) ht
 		}
 		fmt.Fprintln(w, c.Now().UTC().Format(time.RFC3339))
 	})
+}
+
+// defaultCAFile is the host's CA bundle: installs then trust what the host trusts (a TLS proxy in
+// front of the package registries, a private index).
+func defaultCAFile() string {
+	const debian = "/etc/ssl/certs/ca-certificates.crt"
+	if _, err := os.Stat(debian); err == nil {
+		return debian
+	}
+	return ""
 }

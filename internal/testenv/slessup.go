@@ -68,14 +68,14 @@ func FreeAddr(t testing.TB) string {
 // for /readyz and ensures the dev user's namespace. It needs podman and the base images. Empty
 // addresses pick free ports, retrying if another process takes one first (a restart passes the
 // previous run's addresses to keep them).
-func StartSlessUp(t testing.TB, dataDir, listen, regAddr string) *SlessUp {
+func StartSlessUp(t testing.TB, dataDir, listen, regAddr string, extra ...string) *SlessUp {
 	t.Helper()
 	pick := listen == "" && regAddr == ""
 	for attempt := 0; ; attempt++ {
 		if pick {
 			listen, regAddr = FreeAddr(t), FreeAddr(t)
 		}
-		u, inUse := startSlessUp(t, dataDir, listen, regAddr)
+		u, inUse := startSlessUp(t, dataDir, listen, regAddr, extra)
 		if u != nil {
 			return u
 		}
@@ -85,7 +85,7 @@ func StartSlessUp(t testing.TB, dataDir, listen, regAddr string) *SlessUp {
 	}
 }
 
-func startSlessUp(t testing.TB, dataDir, listen, regAddr string) (*SlessUp, bool) {
+func startSlessUp(t testing.TB, dataDir, listen, regAddr string, extra []string) (*SlessUp, bool) {
 	t.Helper()
 	if _, err := exec.LookPath("podman"); err != nil {
 		Missing(t, "podman", err)
@@ -97,8 +97,9 @@ func startSlessUp(t testing.TB, dataDir, listen, regAddr string) (*SlessUp, bool
 		}
 	}
 	u := &SlessUp{t: t, DataDir: dataDir, Listen: listen, RegAddr: regAddr, URL: "http://" + listen, done: make(chan struct{}), log: &lockedBuffer{}}
-	u.cmd = exec.Command(SlessBinary(t), "up", "--data-dir", dataDir, "--listen", listen, "--registry-listen", regAddr,
-		"--test-clock", "--bases-script", "", "--podman-root", filepath.Join(CacheDir(), "podman"), "--bases-dir", bases)
+	args := append([]string{"up", "--data-dir", dataDir, "--listen", listen, "--registry-listen", regAddr, "--test-clock",
+		"--bases-script", "", "--podman-root", filepath.Join(CacheDir(), "podman"), "--bases-dir", bases}, extra...)
+	u.cmd = exec.Command(SlessBinary(t), args...)
 	u.cmd.Stdout = io.Discard
 	u.cmd.Stderr = u.log
 	if err := u.cmd.Start(); err != nil {

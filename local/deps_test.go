@@ -1,0 +1,227 @@
+package local_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/internal/testenv"
+)
+
+// wheel builds a pure-Python wheel in memory (PyPI is unreachable here; pip installs from a local
+// simple index that serves it).
+func wheel(t *testing.T, pkg, version, body string) (string, []byte) {
+	t.Helper()
+	dist := pkg + "-" + version + ".dist-info"
+	files := map[string]string{
+		pkg + "/__init__.py":    body,
+		dist + "/METADATA":      "Metadata-Version: 2.1\nName: " + pkg + "\nVersion: " + version + "\n",
+		dist + "/WHEEL":         "Wheel-Version: 1.0\nGenerator: sless-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+		dist + "/top_level.txt": pkg + "\n",
+	}
+	var record strings.Builder
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, n := range []string{pkg + "/__init__.py", dist + "/METADATA", dist + "/WHEEL", dist + "/top_level.txt"} {
+		w, _ := zw.Create(n)
+		w.Write([]byte(files[n]))
+		sum := sha256.Sum256([]byte(files[n]))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", n, base64.RawURLEncoding.EncodeToString(sum[:]), len(files[n]))
+	}
+	record.WriteString(dist + "/RECORD,,\n")
+	w, _ := zw.Create(dist + "/RECORD")
+	w.Write([]byte(record.String()))
+	zw.Close()
+	return pkg + "-" + version + "-py3-none-any.whl", buf.Bytes()
+}
+
+// simpleIndex serves wheels as a PEP 503 simple index on 127.0.0.1 and counts package lookups.
+type simpleIndex struct {
+	srv     *httptest.Server
+	lookups atomic.Int64
+	wheels  map[string][2]any // pkg -> {filename, bytes}
+}
+
+func newSimpleIndex(t *testing.T) *simpleIndex {
+	ix := &simpleIndex{wheels: map[string][2]any{}}
+	ix.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+		switch {
+		case len(parts) == 2 && parts[0] == "simple":
+			ix.lookups.Add(1)
+			wh, ok := ix.wheels[parts[1]]
+			if !ok {
+				http.NotFound(w, r)
+				return
+			}
+			sum := sha256.Sum256(wh[1].([]byte))
+			fmt.Fprintf(w, "<html><body><a href=\"/files/%s#sha256=%s\">%s</a></body></html>", wh[0], hex.EncodeToString(sum[:]), wh[0])
+		case len(parts) == 2 && parts[0] == "files":
+			for _, wh := range ix.wheels {
+				if wh[0] == parts[1] {
+					w.Write(wh[1].([]byte))
+					return
+				}
+			}
+			http.NotFound(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(ix.srv.Close)
+	return ix
+}
+
+func TestDependencies(t *testing.T) {
+	ix := newSimpleIndex(t)
+	name1, whl := wheel(t, "tinypkg", "1.0", "VALUE = 42\n")
+	ix.wheels["tinypkg"] = [2]any{name1, whl}
+	u := startUpWith(t, "--pip-index-url", ix.srv.URL+"/simple")
+	ns := u.c.Namespace()
+	handler := "import tinypkg\ndef handle(event):\n    return {'value': tinypkg.VALUE, 'v': %d}\n"
+
+	var firstKey, firstLayer string
+	t.Run("pip from a local index", func(t *testing.T) {
+		f := u.deploy(t, "pyd", "python3.11", map[string]string{"handler.py": fmt.Sprintf(handler, 1), "requirements.txt": "tinypkg==1.0\n"})
+		if f.Status.Phase != apiv1.PhaseReady || f.Status.Build == nil || f.Status.Build.DepsKey == "" || f.Status.Build.DepsCached {
+			t.Fatalf("status %+v build %+v", f.Status, f.Status.Build)
+		}
+		if code, body := u.get("/fn/" + ns + "/pyd"); code != 200 || !strings.Contains(body, `"value": 42`) {
+			t.Fatalf("the handler cannot use its dependency: %d %s", code, body)
+		}
+		firstKey = f.Status.Build.DepsKey
+		firstLayer = depsLayerDigest(t, f.Status.Image)
+	})
+	lookups := ix.lookups.Load()
+	if lookups == 0 {
+		t.Fatal("pip never asked the index")
+	}
+	t.Run("code-only change runs no installer", func(t *testing.T) {
+		f := u.deploy(t, "pyd", "python3.11", map[string]string{"handler.py": fmt.Sprintf(handler, 2), "requirements.txt": "tinypkg==1.0\n"})
+		if !f.Status.Build.DepsCached || f.Status.Build.DepsKey != firstKey || ix.lookups.Load() != lookups {
+			t.Errorf("deps_cached=%v key %s (first %s), index lookups %d → %d", f.Status.Build.DepsCached, f.Status.Build.DepsKey, firstKey, lookups, ix.lookups.Load())
+		}
+		if code, body := u.get("/fn/" + ns + "/pyd"); code != 200 || !strings.Contains(body, `"v": 2`) {
+			t.Errorf("%d %s", code, body)
+		}
+	})
+	t.Run("another function with the same manifest shares the layer", func(t *testing.T) {
+		f := u.deploy(t, "pyd2", "python3.11", map[string]string{"handler.py": fmt.Sprintf(handler, 3), "requirements.txt": "tinypkg==1.0\n"})
+		if !f.Status.Build.DepsCached || ix.lookups.Load() != lookups || depsLayerDigest(t, f.Status.Image) != firstLayer {
+			t.Errorf("deps_cached=%v lookups %d → %d, layer %s vs %s", f.Status.Build.DepsCached, lookups, ix.lookups.Load(), depsLayerDigest(t, f.Status.Image), firstLayer)
+		}
+	})
+	t.Run("a changed manifest gets a new key", func(t *testing.T) {
+		name2, whl2 := wheel(t, "tinypkg", "2.0", "VALUE = 2000\n")
+		ix.wheels["tinypkg"] = [2]any{name2, whl2}
+		f := u.deploy(t, "pyd2", "python3.11", map[string]string{"handler.py": fmt.Sprintf(handler, 4), "requirements.txt": "tinypkg==2.0\n"})
+		if f.Status.Build.DepsCached || f.Status.Build.DepsKey == firstKey {
+			t.Errorf("build %+v", f.Status.Build)
+		}
+		if code, body := u.get("/fn/" + ns + "/pyd2"); code != 200 || !strings.Contains(body, `"value": 2000`) {
+			t.Errorf("%d %s", code, body)
+		}
+	})
+	t.Run("a failing install fails the function and caches nothing", func(t *testing.T) {
+		f := u.deploy(t, "pyd", "python3.11", map[string]string{"handler.py": fmt.Sprintf(handler, 5), "requirements.txt": "nosuchpkg==1.0\n"})
+		if f.Status.Phase != apiv1.PhaseFailed || !strings.Contains(f.Status.Message, "nosuchpkg") {
+			t.Fatalf("status %+v", f.Status)
+		}
+		if code, body := u.get("/fn/" + ns + "/pyd"); code != 200 || !strings.Contains(body, `"v": 2`) {
+			t.Errorf("the previous version must keep serving: %d %s", code, body)
+		}
+		tags, _ := remote.List(mustRepo(t, u.RegAddr+"/sless/deps"))
+		if len(tags) != 2 { // tinypkg 1.0 and 2.0, nothing for the failed install
+			t.Errorf("deps cache holds %v, want the two successful keys", tags)
+		}
+	})
+	t.Run("a re-install of one key gives the same layer", func(t *testing.T) {
+		ix.wheels["tinypkg"] = [2]any{name1, whl}
+		ref, _ := name.ParseReference(u.RegAddr + "/sless/deps:" + firstKey)
+		desc, err := remote.Head(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Delete(ref.Context().Digest(desc.Digest.String())); err != nil {
+			t.Fatal(err)
+		}
+		f := u.deploy(t, "pyd3", "python3.11", map[string]string{"handler.py": fmt.Sprintf(handler, 6), "requirements.txt": "tinypkg==1.0\n"})
+		if f.Status.Build.DepsCached || f.Status.Build.DepsKey != firstKey {
+			t.Fatalf("build %+v: want a fresh install of the first key", f.Status.Build)
+		}
+		if got := depsLayerDigest(t, f.Status.Image); got != firstLayer {
+			t.Errorf("pip's second install of the same key gave layer %s, the first %s (not deterministic)", got, firstLayer)
+		}
+	})
+	t.Run("npm from the npm registry", func(t *testing.T) {
+		npm, err := exec.LookPath("npm")
+		if err != nil {
+			testenv.Missing(t, "npm", err)
+		}
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"name":"fn","version":"1.0.0","dependencies":{"is-number":"7.0.0"}}`), 0o644)
+		cmd := exec.Command(npm, "install", "--package-lock-only", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm install --package-lock-only: %v\n%s", err, out)
+		}
+		lock, _ := os.ReadFile(filepath.Join(dir, "package-lock.json"))
+		code := map[string]string{"handler.js": "const isNumber = require('is-number');\nexports.handle = async () => ({ five: isNumber(5), text: isNumber('x') });\n",
+			"package.json": `{"name":"fn","version":"1.0.0","dependencies":{"is-number":"7.0.0"}}`, "package-lock.json": string(lock)}
+		f := u.deploy(t, "jsd", "nodejs20", code)
+		if f.Status.Phase != apiv1.PhaseReady || f.Status.Build.DepsKey == "" || f.Status.Build.DepsWarning != "" {
+			t.Fatalf("status %+v build %+v", f.Status, f.Status.Build)
+		}
+		if c, body := u.get("/fn/" + ns + "/jsd"); c != 200 || !strings.Contains(body, `"five":true`) || !strings.Contains(body, `"text":false`) {
+			t.Fatalf("%d %s", c, body)
+		}
+		again := u.deploy(t, "jsd2", "nodejs20", code)
+		if !again.Status.Build.DepsCached || again.Status.Build.DepsKey != f.Status.Build.DepsKey {
+			t.Errorf("same lockfile: %+v", again.Status.Build)
+		}
+	})
+}
+
+func startUpWith(t *testing.T, extra ...string) *up {
+	t.Helper()
+	s := testenv.StartSlessUp(t, t.TempDir(), "", "", extra...)
+	return &up{SlessUp: s, c: s.Client, token: s.Token, url: s.URL, dataDir: s.DataDir}
+}
+
+// depsLayerDigest is the layer just below the code layer of an image (its deps layer).
+func depsLayerDigest(t *testing.T, image string) string {
+	t.Helper()
+	ref, err := name.ParseReference(image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := img.Manifest()
+	return m.Layers[len(m.Layers)-2].Digest.String()
+}
+
+func mustRepo(t *testing.T, s string) name.Repository {
+	r, err := name.NewRepository(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
