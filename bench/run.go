@@ -56,6 +56,11 @@ func run(ctx context.Context, c config) error {
 			return fmt.Errorf("sless up: %w", err)
 		}
 	}
+	if want["deps"] {
+		if err := benchDeps(ctx, c, work, slessBin); err != nil {
+			return fmt.Errorf("deps: %w", err)
+		}
+	}
 	if want["terraform"] {
 		if err := benchTerraform(ctx, c, work, slessBin); err != nil {
 			return fmt.Errorf("terraform: %w", err)

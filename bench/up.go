@@ -135,7 +135,7 @@ func benchUp(ctx context.Context, c config, work, slessBin string) error {
 }
 
 // startSlessUp runs `sless up` on a fresh data dir and free ports and returns a client for it.
-func startSlessUp(ctx context.Context, work, slessBin, name string) (*client.Client, func(), error) {
+func startSlessUp(ctx context.Context, work, slessBin, name string, extra ...string) (*client.Client, func(), error) {
 	data := filepath.Join(work, name)
 	listen, err := freePort()
 	if err != nil {
@@ -148,6 +148,7 @@ func startSlessUp(ctx context.Context, work, slessBin, name string) (*client.Cli
 	cmd := exec.CommandContext(ctx, slessBin, "up", "--quiet", "--data-dir", data, "--listen", fmt.Sprintf("127.0.0.1:%d", listen),
 		"--registry-listen", fmt.Sprintf("127.0.0.1:%d", reg), "--bases-script", "",
 		"--podman-root", filepath.Join(cacheDir(), "podman"), "--bases-dir", filepath.Join(cacheDir(), "bases"))
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
 		return nil, nil, err
