@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -92,8 +94,17 @@ func (p *Platform) finishJob(ns, jname string, runID int64, ok bool, msg string)
 // the next start re-attaches to it (recover).
 func (p *Platform) runOnce(ctx context.Context, spec containerSpec, start bool) (ok bool, msg string, interrupted bool) {
 	cname := spec.name
+	// Job mode writes its result (or error) to TERMINATION_LOG, as on Kubernetes; a host directory
+	// mounted there hands it over without depending on the log pipeline.
+	resultDir := filepath.Join(p.cfg.DataDir, "results", cname)
 	if start {
 		p.podman.remove(context.WithoutCancel(ctx), cname)
+		os.RemoveAll(resultDir)
+		if err := os.MkdirAll(resultDir, 0o777); err == nil {
+			os.Chmod(resultDir, 0o777) // the function runs as 65532
+			spec.volumes = append(spec.volumes, resultDir+":/run/sless")
+			spec.env["TERMINATION_LOG"] = "/run/sless/result"
+		}
 		if err := p.podman.start(context.WithoutCancel(ctx), spec); err != nil {
 			return false, err.Error(), false
 		}
@@ -102,10 +113,12 @@ func (p *Platform) runOnce(ctx context.Context, spec containerSpec, start bool) 
 	if ctx.Err() != nil {
 		return false, "", true
 	}
+	defer os.RemoveAll(resultDir)
+	result, _ := os.ReadFile(filepath.Join(resultDir, "result"))
 	stdout, stderr := p.podman.logs(ctx, cname, 50)
 	// conmon may still be writing the log when wait returns (seen under load): a successful run
 	// always prints its result, so give an empty log a moment.
-	for i := 0; err == nil && code == 0 && strings.TrimSpace(stdout) == "" && i < 20; i++ {
+	for i := 0; err == nil && code == 0 && len(result) == 0 && strings.TrimSpace(stdout) == "" && i < 20; i++ {
 		time.Sleep(100 * time.Millisecond)
 		stdout, stderr = p.podman.logs(ctx, cname, 50)
 	}
@@ -114,7 +127,13 @@ func (p *Platform) runOnce(ctx context.Context, spec containerSpec, start bool) 
 		return false, err.Error(), false
 	}
 	if code != 0 {
-		return false, strings.TrimSpace(lastLines(stderr, 10)), false
+		if msg := strings.TrimSpace(lastLines(stderr, 10)); msg != "" {
+			return false, msg, false
+		}
+		return false, strings.TrimSpace(string(result)), false
+	}
+	if len(result) > 0 {
+		return true, strings.TrimSpace(string(result)), false
 	}
 	return true, strings.TrimSpace(lastLines(stdout, 1)), false
 }

@@ -82,6 +82,8 @@ type containerSpec struct {
 	rm     bool
 	// memoryMB limits the container's memory (the function's memory_mb); 0 means no limit.
 	memoryMB int
+	// volumes are host:container[:options] bind mounts.
+	volumes []string
 }
 
 func (p *podman) start(ctx context.Context, s containerSpec) error {
@@ -95,6 +97,9 @@ func (p *podman) start(ctx context.Context, s containerSpec) error {
 	args = append(args, runFlags...)
 	if s.memoryMB > 0 {
 		args = append(args, "--memory", fmt.Sprintf("%dm", s.memoryMB))
+	}
+	for _, v := range s.volumes {
+		args = append(args, "-v", v)
 	}
 	for _, k := range sortedKeys(s.labels) {
 		args = append(args, "--label", k+"="+s.labels[k])
