@@ -13,7 +13,7 @@ cd "$tmp"
 go mod init envtestbuild >/dev/null 2>&1
 go mod edit -require="k8s.io/kubernetes@$KUBERNETES_VERSION"
 modfile=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
-for m in $(awk '/^\t?k8s.io\/[a-z-]+ v0.0.0/ {print $1}' "$modfile" | sed 's/^\t//' | sort -u); do
+for m in $(awk '$1 ~ /^k8s.io\// && $2 == "v0.0.0" {print $1}' "$modfile" | sort -u); do
   go mod edit -replace="$m=$m@$KUBERNETES_STAGING_VERSION"
 done
 printf 'package main\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver"\n' > tools.go
