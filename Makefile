@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin
 export SLESS_CACHE ?= $(HOME)/.cache/sless
 
-.PHONY: all build test bench fmt vet tools demo lint clean e2e
+.PHONY: all build test bench fmt vet tools demo lint clean e2e manifests
 
 all: build
 
@@ -21,6 +21,12 @@ e2e: tools
 tools:
 	@hack/setup-test.sh
 
+# CRDs, RBAC and deepcopy code for operator/ from the kubebuilder markers (committed; make test
+# fails when they are stale).
+manifests:
+	@hack/install-go-tools.sh controller-gen
+	@hack/manifests.sh
+
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
@@ -30,6 +36,7 @@ vet:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
+	@hack/manifests.sh --check
 
 # Unit and integration tests against real components. SLESS_REQUIRE_REAL=1 turns a skip for a
 # missing component into a failure; the last line is the pass/fail/skip count.

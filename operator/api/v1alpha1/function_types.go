@@ -1,0 +1,107 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// FunctionSpec is what the user asks for.
+type FunctionSpec struct {
+	// Runtime runs the code.
+	// +kubebuilder:validation:Enum=python3.11;nodejs20
+	Runtime string `json:"runtime"`
+	// Entrypoint is module.function (python) or file.export (node).
+	// +kubebuilder:default="handler.handle"
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_./-]*\.[A-Za-z_$][A-Za-z0-9_$]*$`
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Entrypoint string `json:"entrypoint,omitempty"`
+	// CodeSHA256 names the uploaded archive in the code store (code/{ns}/{name}/{sha256}.zip).
+	// +kubebuilder:validation:Pattern=`^([0-9a-f]{64})?$`
+	// +optional
+	CodeSHA256 string `json:"codeSHA256,omitempty"`
+	// MemoryMB is the memory limit.
+	// +kubebuilder:default=128
+	// +kubebuilder:validation:Minimum=64
+	// +kubebuilder:validation:Maximum=8192
+	// +optional
+	MemoryMB int32 `json:"memoryMB,omitempty"`
+	// TimeoutSec bounds one invocation.
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=900
+	// +optional
+	TimeoutSec int32 `json:"timeoutSec,omitempty"`
+	// Env is set in the function's container at run time (never baked into the image).
+	// +kubebuilder:validation:MaxItems=128
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+}
+
+// BuildStatus describes the last build.
+type BuildStatus struct {
+	DurationMS int64  `json:"durationMS,omitempty"`
+	DepsKey    string `json:"depsKey,omitempty"`
+	DepsCached bool   `json:"depsCached,omitempty"`
+}
+
+// FunctionStatus is what the operator made of it.
+type FunctionStatus struct {
+	// Phase is the seed's summary: Pending, Building, Ready or Failed.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// Image is the function image by digest.
+	// +optional
+	Image string `json:"image,omitempty"`
+	// BuiltCodeSHA256 is the code the image was built from.
+	// +optional
+	BuiltCodeSHA256 string `json:"builtCodeSHA256,omitempty"`
+	// URL is the function's /fn/ URL.
+	// +optional
+	URL string `json:"url,omitempty"`
+	// Message explains the phase (a build error, the last log lines of a failed start).
+	// +optional
+	Message string `json:"message,omitempty"`
+	// LastBuiltAt is when the image was built.
+	// +optional
+	LastBuiltAt *metav1.Time `json:"lastBuiltAt,omitempty"`
+	// Build describes the last build.
+	// +optional
+	Build *BuildStatus `json:"build,omitempty"`
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Built, Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Function is a user's function.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=fn
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.status.image`,priority=1
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Function struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   FunctionSpec   `json:"spec,omitempty"`
+	Status FunctionStatus `json:"status,omitempty"`
+}
+
+// FunctionList is a list of Functions.
+//
+// +kubebuilder:object:root=true
+type FunctionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Function `json:"items"`
+}
+
+func init() { SchemeBuilder.Register(&Function{}, &FunctionList{}) }

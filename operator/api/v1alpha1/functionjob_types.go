@@ -1,0 +1,62 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// FunctionJobSpec runs a function once: RunID 0 never runs; a RunID above status.lastRunID runs again.
+type FunctionJobSpec struct {
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="functionRef is immutable"
+	FunctionRef string `json:"functionRef"`
+	// EventJSON is the event, as JSON text.
+	// +kubebuilder:validation:MaxLength=65536
+	// +optional
+	EventJSON string `json:"eventJSON,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	RunID int64 `json:"runID,omitempty"`
+}
+
+// FunctionJobStatus is the last run.
+type FunctionJobStatus struct {
+	// Phase: Pending, Skipped, Running, Succeeded or Failed.
+	Phase          string       `json:"phase,omitempty"`
+	JobName        string       `json:"jobName,omitempty"`
+	LastRunID      int64        `json:"lastRunID,omitempty"`
+	StartTime      *metav1.Time `json:"startTime,omitempty"`
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Message is the run's result (the handler's JSON, from the pod's termination message) or error.
+	Message            string `json:"message,omitempty"`
+	ObservedGeneration int64  `json:"observedGeneration,omitempty"`
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// FunctionJob is a one-shot run of a Function.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Function",type=string,JSONPath=`.spec.functionRef`
+// +kubebuilder:printcolumn:name="Run",type=integer,JSONPath=`.spec.runID`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type FunctionJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   FunctionJobSpec   `json:"spec,omitempty"`
+	Status FunctionJobStatus `json:"status,omitempty"`
+}
+
+// FunctionJobList is a list of FunctionJobs.
+//
+// +kubebuilder:object:root=true
+type FunctionJobList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []FunctionJob `json:"items"`
+}
+
+func init() { SchemeBuilder.Register(&FunctionJob{}, &FunctionJobList{}) }

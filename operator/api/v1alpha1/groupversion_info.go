@@ -1,0 +1,21 @@
+// Package v1alpha1 holds the sless CRD types (group sless.dev): Function, Trigger and FunctionJob.
+// Field names follow the seed system so its objects keep their meaning; status carries
+// metav1.Conditions beside the seed's phase.
+//
+// +kubebuilder:object:generate=true
+// +groupName=sless.dev
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is sless.dev/v1alpha1.
+	GroupVersion = schema.GroupVersion{Group: "sless.dev", Version: "v1alpha1"}
+	// SchemeBuilder registers the types.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	// AddToScheme adds the types to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
