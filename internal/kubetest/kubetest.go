@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/internal/testenv"
+	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 )
 
 // Env is a running API server with the sless CRDs installed.

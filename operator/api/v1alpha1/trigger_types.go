@@ -29,10 +29,10 @@ type TriggerSpec struct {
 
 // TriggerStatus is what the operator made of it.
 type TriggerStatus struct {
-	Active             bool               `json:"active,omitempty"`
-	URL                string             `json:"url,omitempty"`
-	LastScheduleTime   *metav1.Time       `json:"lastScheduleTime,omitempty"`
-	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+	Active             bool         `json:"active,omitempty"`
+	URL                string       `json:"url,omitempty"`
+	LastScheduleTime   *metav1.Time `json:"lastScheduleTime,omitempty"`
+	ObservedGeneration int64        `json:"observedGeneration,omitempty"`
 	// +listType=map
 	// +listMapKey=type
 	// +optional
