@@ -1,0 +1,244 @@
+// Package resources builds the Kubernetes objects the operator owns for sless objects, as pure
+// functions (knative's resources/ style): a Function's Deployment and Service, a FunctionJob's Job,
+// a cron Trigger's CronJob, and a dependency install Job. Reconcilers create or update exactly
+// these; tests compare them field by field.
+package resources
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
+)
+
+// Names and labels.
+const (
+	LabelFunction = "sless.dev/function"
+	LabelRole     = "sless.dev/role" // function, job, cron, deps
+	LabelManaged  = "app.kubernetes.io/managed-by"
+	ManagedBy     = "sless-operator"
+	// PullSecret is the registry pull secret every pod references (created by namespace ensure).
+	PullSecret = "sless-registry"
+	// Port is where every runtime listens in a pod.
+	Port = 8080
+	// FunctionUID is the numeric user the images declare (runAsNonRoot can check it).
+	FunctionUID = 65532
+)
+
+// Labels of a function's pods.
+func Labels(fn, role string) map[string]string {
+	return map[string]string{LabelFunction: fn, LabelRole: role, LabelManaged: ManagedBy}
+}
+
+func ownerRef(obj metav1.Object, kind string) []metav1.OwnerReference {
+	yes := true
+	return []metav1.OwnerReference{{APIVersion: slessv1.GroupVersion.String(), Kind: kind, Name: obj.GetName(), UID: obj.GetUID(),
+		Controller: &yes, BlockOwnerDeletion: &yes}}
+}
+
+// restricted is the pod-security "restricted" profile: non-root, no privilege escalation, no
+// capabilities, RuntimeDefault seccomp, read-only root filesystem (a small /tmp is mounted).
+func restrictedPod(spec *corev1.PodSpec) {
+	nonRoot, uid, no := true, int64(FunctionUID), false
+	spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: &nonRoot, RunAsUser: &uid, RunAsGroup: &uid,
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	spec.AutomountServiceAccountToken = &no
+	spec.EnableServiceLinks = &no
+	spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: PullSecret}}
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+		SizeLimit: resource.NewQuantity(64<<20, resource.BinarySI)}}})
+	for i := range spec.Containers {
+		restrictedContainer(&spec.Containers[i])
+	}
+	for i := range spec.InitContainers {
+		restrictedContainer(&spec.InitContainers[i])
+	}
+}
+
+func restrictedContainer(c *corev1.Container) {
+	no, yes := false, true
+	c.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"})
+}
+
+// functionEnv is what a function container gets at run time: the user's env vars and the
+// platform's settings (never baked into the image).
+func functionEnv(fn *slessv1.Function) []corev1.EnvVar {
+	env := append([]corev1.EnvVar{}, fn.Spec.Env...)
+	timeout := max(fn.Spec.TimeoutSec, 1)
+	return append(env,
+		corev1.EnvVar{Name: "PORT", Value: strconv.Itoa(Port)},
+		corev1.EnvVar{Name: "TIMEOUT_SEC", Value: strconv.Itoa(int(timeout))},
+		corev1.EnvVar{Name: "GRACE_SEC", Value: strconv.Itoa(int(timeout) + 2)},
+	)
+}
+
+func memory(fn *slessv1.Function) corev1.ResourceRequirements {
+	m := resource.MustParse(fmt.Sprintf("%dMi", max(fn.Spec.MemoryMB, 64)))
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceMemory: m, corev1.ResourceCPU: resource.MustParse("25m")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: m},
+	}
+}
+
+// DeploymentName and ServiceName of a function.
+func DeploymentName(fn string) string { return fn }
+func ServiceName(fn string) string    { return fn }
+
+// MakeDeployment is a function's Deployment: its image pinned by digest, replicas as the Function
+// reconciler decides (0 when its http triggers are all disabled), ready when /health answers.
+func MakeDeployment(fn *slessv1.Function, image string, replicas int32) *appsv1.Deployment {
+	labels := Labels(fn.Name, "function")
+	grace := int64(max(fn.Spec.TimeoutSec, 1) + 5)
+	pod := corev1.PodSpec{
+		TerminationGracePeriodSeconds: &grace,
+		Containers: []corev1.Container{{
+			Name:      "function",
+			Image:     image,
+			Ports:     []corev1.ContainerPort{{Name: "http", ContainerPort: Port}},
+			Env:       functionEnv(fn),
+			Resources: memory(fn),
+			ReadinessProbe: &corev1.Probe{
+				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromInt32(Port)}},
+				PeriodSeconds: 1, FailureThreshold: 3,
+			},
+		}},
+	}
+	restrictedPod(&pod)
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: DeploymentName(fn.Name), Namespace: fn.Namespace, Labels: labels, OwnerReferences: ownerRef(fn, "Function")},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelFunction: fn.Name, LabelRole: "function"}},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxUnavailable: ptrIntStr(intstr.FromInt32(0)), MaxSurge: ptrIntStr(intstr.FromInt32(1))}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod},
+		},
+	}
+}
+
+// MakeService is a function's Service (port 80 → the runtime's 8080).
+func MakeService(fn *slessv1.Function) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: ServiceName(fn.Name), Namespace: fn.Namespace, Labels: Labels(fn.Name, "function"), OwnerReferences: ownerRef(fn, "Function")},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{LabelFunction: fn.Name, LabelRole: "function"},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(Port)}},
+		},
+	}
+}
+
+// jobPod runs the function image once in job mode with the event.
+func jobPod(fn *slessv1.Function, image, eventJSON string, role string) corev1.PodTemplateSpec {
+	env := append(functionEnv(fn), corev1.EnvVar{Name: "JOB_MODE", Value: "1"}, corev1.EnvVar{Name: "EVENT_JSON", Value: eventJSON})
+	pod := corev1.PodSpec{
+		RestartPolicy: corev1.RestartPolicyNever,
+		Containers: []corev1.Container{{
+			Name: "function", Image: image, Env: env, Resources: memory(fn),
+			// Job mode writes its result (≤ 4 KiB) here; the operator reads it as the message.
+			TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+		}},
+	}
+	restrictedPod(&pod)
+	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: Labels(fn.Name, role)}, Spec: pod}
+}
+
+// JobName of a FunctionJob's run.
+func JobName(fj *slessv1.FunctionJob, runID int64) string { return fmt.Sprintf("%s-run-%d", fj.Name, runID) }
+
+// MakeJob is one run of a FunctionJob.
+func MakeJob(fj *slessv1.FunctionJob, fn *slessv1.Function, image string) *batchv1.Job {
+	backoff := int32(0)
+	deadline := int64(max(fn.Spec.TimeoutSec, 1) + 60)
+	event := fj.Spec.EventJSON
+	if event == "" {
+		event = "{}"
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: JobName(fj, fj.Spec.RunID), Namespace: fj.Namespace, Labels: Labels(fn.Name, "job"),
+			OwnerReferences: ownerRef(fj, "FunctionJob")},
+		Spec: batchv1.JobSpec{BackoffLimit: &backoff, ActiveDeadlineSeconds: &deadline, Template: jobPod(fn, image, event, "job")},
+	}
+}
+
+// MakeCronJob runs a function on a cron Trigger's schedule. The event names the source and the
+// trigger; the scheduled time is the Job's creation (the runtime fills scheduled_time when absent).
+func MakeCronJob(tr *slessv1.Trigger, fn *slessv1.Function, image string) *batchv1.CronJob {
+	backoff := int32(0)
+	deadline := int64(60)
+	suspend := tr.Spec.Enabled != nil && !*tr.Spec.Enabled
+	history := int32(3)
+	event := fmt.Sprintf(`{"source":"cron","trigger":%q}`, tr.Name)
+	return &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "cron-" + tr.Name, Namespace: tr.Namespace, Labels: Labels(fn.Name, "cron"), OwnerReferences: ownerRef(tr, "Trigger")},
+		Spec: batchv1.CronJobSpec{
+			Schedule:                   tr.Spec.Schedule,
+			ConcurrencyPolicy:          batchv1.ForbidConcurrent,
+			StartingDeadlineSeconds:    &deadline,
+			Suspend:                    &suspend,
+			SuccessfulJobsHistoryLimit: &history,
+			FailedJobsHistoryLimit:     &history,
+			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{BackoffLimit: &backoff,
+				Template: jobPod(fn, image, event, "cron")}},
+		},
+	}
+}
+
+// DepsJob describes a dependency install: the runtime image runs the installer into a shared
+// emptyDir, then the operator image layers and pushes it (`sless deps push`).
+type DepsJob struct {
+	Namespace, Name string
+	Function        string
+	RuntimeImage    string
+	Argv, Env       []string
+	Manifests       map[string]string // file name -> content, mounted at /in
+	OperatorImage   string
+	PushTo          string // registry/sless/deps:<key>
+	DepsDir         string // /app/deps or /app/node_modules
+}
+
+// MakeDepsJob is the Job of a dependency install (role=deps: the NetworkPolicy lets these pods
+// reach the package index and the registry).
+func MakeDepsJob(d DepsJob) (*batchv1.Job, *corev1.ConfigMap) {
+	backoff := int32(0)
+	deadline := int64(900)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: Labels(d.Function, "deps")}, Data: d.Manifests}
+	var env []corev1.EnvVar
+	for _, kv := range d.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env = append(env, corev1.EnvVar{Name: k, Value: v})
+	}
+	out := corev1.VolumeMount{Name: "out", MountPath: "/out"}
+	pod := corev1.PodSpec{
+		RestartPolicy: corev1.RestartPolicyNever,
+		Volumes: []corev1.Volume{
+			{Name: "in", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: d.Name}}}},
+			{Name: "out", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		},
+		InitContainers: []corev1.Container{{Name: "install", Image: d.RuntimeImage, Command: d.Argv, Env: env, WorkingDir: "/work",
+			VolumeMounts: []corev1.VolumeMount{{Name: "in", MountPath: "/in", ReadOnly: true}, out, {Name: "work", MountPath: "/work"}}}},
+		Containers: []corev1.Container{{Name: "push", Image: d.OperatorImage,
+			Command:      []string{"sless", "deps", "push", "--dir", "/out", "--to", d.PushTo, "--prefix", d.DepsDir},
+			VolumeMounts: []corev1.VolumeMount{out}}},
+	}
+	restrictedPod(&pod)
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: Labels(d.Function, "deps")},
+		Spec: batchv1.JobSpec{BackoffLimit: &backoff, ActiveDeadlineSeconds: &deadline,
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: Labels(d.Function, "deps")}, Spec: pod}},
+	}
+	return job, cm
+}
+
+func ptrIntStr(v intstr.IntOrString) *intstr.IntOrString { return &v }

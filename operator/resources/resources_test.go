@@ -1,0 +1,163 @@
+package resources_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sless-dev/sless/internal/kubetest"
+	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
+	"github.com/sless-dev/sless/operator/resources"
+)
+
+const image = "registry.sless.svc:5000/sless-0123456789abcdef/hello@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func fn() *slessv1.Function {
+	return &slessv1.Function{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "sless-0123456789abcdef", UID: types.UID("uid-1")},
+		Spec: slessv1.FunctionSpec{Runtime: "python3.11", Entrypoint: "handler.handle", MemoryMB: 256, TimeoutSec: 60,
+			Env: []corev1.EnvVar{{Name: "GREETING", Value: "hi"}}},
+	}
+}
+
+func envOf(c corev1.Container) map[string]string {
+	m := map[string]string{}
+	for _, e := range c.Env {
+		m[e.Name] = e.Value
+	}
+	return m
+}
+
+func assertRestricted(t *testing.T, pod corev1.PodSpec) {
+	t.Helper()
+	sc := pod.SecurityContext
+	if sc == nil || !*sc.RunAsNonRoot || *sc.RunAsUser != 65532 || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v", sc)
+	}
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Error("the service account token is mounted")
+	}
+	if len(pod.ImagePullSecrets) != 1 || pod.ImagePullSecrets[0].Name != "sless-registry" {
+		t.Errorf("pull secrets %v", pod.ImagePullSecrets)
+	}
+	for _, c := range append(append([]corev1.Container{}, pod.InitContainers...), pod.Containers...) {
+		csc := c.SecurityContext
+		if csc == nil || *csc.AllowPrivilegeEscalation || !*csc.ReadOnlyRootFilesystem || len(csc.Capabilities.Drop) != 1 || csc.Capabilities.Drop[0] != "ALL" {
+			t.Errorf("container %s security context %+v", c.Name, csc)
+		}
+	}
+}
+
+func TestMakeDeployment(t *testing.T) {
+	d := resources.MakeDeployment(fn(), image, 1)
+	if *d.Spec.Replicas != 1 || d.Name != "hello" || d.Namespace != "sless-0123456789abcdef" {
+		t.Errorf("meta %s/%s replicas %d", d.Namespace, d.Name, *d.Spec.Replicas)
+	}
+	if off := resources.MakeDeployment(fn(), image, 0); *off.Spec.Replicas != 0 {
+		t.Error("replicas 0 not kept")
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if c.Image != image {
+		t.Errorf("image %s", c.Image)
+	}
+	want := map[string]string{"GREETING": "hi", "PORT": "8080", "TIMEOUT_SEC": "60", "GRACE_SEC": "62"}
+	if diff := cmp.Diff(want, envOf(c)); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	if c.Resources.Limits.Memory().String() != "256Mi" || c.Resources.Requests.Memory().String() != "256Mi" {
+		t.Errorf("resources %+v", c.Resources)
+	}
+	if c.ReadinessProbe.HTTPGet.Path != "/health" || c.ReadinessProbe.HTTPGet.Port.IntValue() != 8080 {
+		t.Errorf("readiness %+v", c.ReadinessProbe)
+	}
+	if *d.Spec.Template.Spec.TerminationGracePeriodSeconds != 65 {
+		t.Errorf("grace %d", *d.Spec.Template.Spec.TerminationGracePeriodSeconds)
+	}
+	if d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 {
+		t.Error("a rollout may take the old pod down before the new one is ready")
+	}
+	if diff := cmp.Diff(d.Spec.Selector.MatchLabels, map[string]string{"sless.dev/function": "hello", "sless.dev/role": "function"}); diff != "" {
+		t.Errorf("selector: %s", diff)
+	}
+	if len(d.OwnerReferences) != 1 || d.OwnerReferences[0].Kind != "Function" || !*d.OwnerReferences[0].Controller {
+		t.Errorf("owner %+v", d.OwnerReferences)
+	}
+	assertRestricted(t, d.Spec.Template.Spec)
+	s := resources.MakeService(fn())
+	if s.Spec.Ports[0].Port != 80 || s.Spec.Ports[0].TargetPort.IntValue() != 8080 || s.Spec.Selector["sless.dev/function"] != "hello" {
+		t.Errorf("service %+v", s.Spec)
+	}
+}
+
+func TestMakeJobs(t *testing.T) {
+	fj := &slessv1.FunctionJob{ObjectMeta: metav1.ObjectMeta{Name: "sum", Namespace: "ns"},
+		Spec: slessv1.FunctionJobSpec{FunctionRef: "hello", RunID: 3, EventJSON: `{"input":[100,200,300]}`}}
+	j := resources.MakeJob(fj, fn(), image)
+	c := j.Spec.Template.Spec.Containers[0]
+	if j.Name != "sum-run-3" || *j.Spec.BackoffLimit != 0 || j.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("job %s backoff %d", j.Name, *j.Spec.BackoffLimit)
+	}
+	env := envOf(c)
+	if env["JOB_MODE"] != "1" || env["EVENT_JSON"] != `{"input":[100,200,300]}` || c.TerminationMessagePolicy != corev1.TerminationMessageReadFile {
+		t.Errorf("job container %+v", c)
+	}
+	assertRestricted(t, j.Spec.Template.Spec)
+
+	no := false
+	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "daily", Namespace: "ns"}, Spec: slessv1.TriggerSpec{Type: "cron", FunctionRef: "hello", Schedule: "0 9 * * *", Enabled: &no}}
+	cj := resources.MakeCronJob(tr, fn(), image)
+	if cj.Spec.Schedule != "0 9 * * *" || cj.Spec.ConcurrencyPolicy != "Forbid" || *cj.Spec.StartingDeadlineSeconds != 60 || !*cj.Spec.Suspend {
+		t.Errorf("cronjob %+v", cj.Spec)
+	}
+	if env := envOf(cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0]); env["EVENT_JSON"] != `{"source":"cron","trigger":"daily"}` {
+		t.Errorf("cron event %q", env["EVENT_JSON"])
+	}
+
+	dj, cm := resources.MakeDepsJob(resources.DepsJob{Namespace: "ns", Name: "deps-abc", Function: "hello", RuntimeImage: image,
+		Argv: []string{"python3", "-m", "pip", "install"}, Env: []string{"HOME=/work"}, Manifests: map[string]string{"requirements.txt": "six\n"},
+		OperatorImage: "registry/sless-operator@sha256:1", PushTo: "registry/sless/deps:abc", DepsDir: "/app/deps"})
+	if dj.Spec.Template.Labels["sless.dev/role"] != "deps" || cm.Data["requirements.txt"] != "six\n" {
+		t.Errorf("deps job labels %v cm %v", dj.Spec.Template.Labels, cm.Data)
+	}
+	if diff := cmp.Diff([]string{"sless", "deps", "push", "--dir", "/out", "--to", "registry/sless/deps:abc", "--prefix", "/app/deps"}, dj.Spec.Template.Spec.Containers[0].Command); diff != "" {
+		t.Errorf("push command: %s", diff)
+	}
+	assertRestricted(t, dj.Spec.Template.Spec)
+}
+
+// The objects are valid for a real kube-apiserver (server-side validation, not only Go types).
+func TestObjectsAcceptedByAPIServer(t *testing.T) {
+	env := kubetest.Start(t)
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sless-0123456789abcdef",
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	f := fn()
+	f.UID = ""
+	if err := env.Client.Create(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	fj := &slessv1.FunctionJob{ObjectMeta: metav1.ObjectMeta{Name: "sum", Namespace: ns.Name}, Spec: slessv1.FunctionJobSpec{FunctionRef: "hello", RunID: 1}}
+	if err := env.Client.Create(ctx, fj); err != nil {
+		t.Fatal(err)
+	}
+	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "daily", Namespace: ns.Name}, Spec: slessv1.TriggerSpec{Type: "cron", FunctionRef: "hello", Schedule: "0 9 * * *"}}
+	if err := env.Client.Create(ctx, tr); err != nil {
+		t.Fatal(err)
+	}
+	dj, cm := resources.MakeDepsJob(resources.DepsJob{Namespace: ns.Name, Name: "deps-abc", Function: "hello", RuntimeImage: image,
+		Argv: []string{"true"}, Manifests: map[string]string{"requirements.txt": "six\n"}, OperatorImage: image, PushTo: "r/sless/deps:abc", DepsDir: "/app/deps"})
+	for _, obj := range []client.Object{resources.MakeDeployment(f, image, 1), resources.MakeService(f), resources.MakeJob(fj, f, image),
+		resources.MakeCronJob(tr, f, image), cm, dj} {
+		if err := env.Client.Create(ctx, obj); err != nil {
+			t.Errorf("%T %s: %v", obj, obj.GetName(), err)
+		}
+	}
+}
