@@ -154,7 +154,9 @@ func jobPod(fn *slessv1.Function, image, eventJSON string, role string) corev1.P
 }
 
 // JobName of a FunctionJob's run.
-func JobName(fj *slessv1.FunctionJob, runID int64) string { return fmt.Sprintf("%s-run-%d", fj.Name, runID) }
+func JobName(fj *slessv1.FunctionJob, runID int64) string {
+	return fmt.Sprintf("%s-run-%d", fj.Name, runID)
+}
 
 // MakeJob is one run of a FunctionJob.
 func MakeJob(fj *slessv1.FunctionJob, fn *slessv1.Function, image string) *batchv1.Job {
