@@ -1,0 +1,314 @@
+// Package controllers holds the operator's reconcilers (controller-runtime): Function builds
+// in-process and runs a Deployment and Service. Trigger and FunctionJob reconcilers come next.
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/layers"
+	"github.com/sless-dev/sless/oci"
+	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
+	"github.com/sless-dev/sless/operator/resources"
+)
+
+// Finalizer removes what lives outside the cluster (stored code, image tags) before a Function goes.
+const Finalizer = "sless.dev/cleanup"
+
+// FunctionReconciler builds a Function's code into an image in-process and runs it.
+type FunctionReconciler struct {
+	client.Client
+	Scheme *runtime.Scheme
+	// Builder is the long-lived image builder; Code the store uploads land in.
+	Builder *oci.Builder
+	Code    api.CodeStore
+	// Runtimes maps a runtime name to its image by digest.
+	Runtimes map[string]string
+	// Registry is where function images are pushed (host[:port]).
+	Registry string
+	// PublicURL is the API's base URL, for status.url.
+	PublicURL string
+	// Builds bounds concurrent builds; BuildTimeout bounds one.
+	Builds       chan struct{}
+	BuildTimeout time.Duration
+}
+
+// +kubebuilder:rbac:groups=sless.dev,resources=functions,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=sless.dev,resources=functions/status;functions/finalizers,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sless.dev,resources=triggers,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+
+// Reconcile moves a Function toward running its current code.
+func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	var fn slessv1.Function
+	if err := r.Get(ctx, req.NamespacedName, &fn); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !fn.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, &fn)
+	}
+	if controllerutil.AddFinalizer(&fn, Finalizer) {
+		if err := r.Update(ctx, &fn); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	before := fn.Status.DeepCopy()
+	fn.Status.URL = strings.TrimRight(r.PublicURL, "/") + "/fn/" + fn.Namespace + "/" + fn.Name
+	fn.Status.ObservedGeneration = fn.Generation
+	if fn.Spec.CodeSHA256 == "" {
+		fn.MarkPending("waiting for code: upload a zip")
+		return ctrl.Result{}, r.writeStatus(ctx, &fn, before)
+	}
+	if fn.Status.Image == "" || fn.Status.BuiltCodeSHA256 != fn.Spec.CodeSHA256 || fn.Annotations[annotationBuiltFor] != buildKey(&fn, r.Runtimes) {
+		if fn.Status.Phase == slessv1.PhaseFailed && fn.Annotations[annotationFailedFor] == buildKey(&fn, r.Runtimes) {
+			return ctrl.Result{}, nil // this build failed already; a new upload or spec retries
+		}
+		image, err := r.build(ctx, &fn, before)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		logger.Info("built", "image", image)
+	}
+
+	replicas, err := r.replicas(ctx, &fn)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	dep := resources.MakeDeployment(&fn, fn.Status.Image, replicas)
+	live := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: dep.Name, Namespace: dep.Namespace}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, live, func() error {
+		live.Labels, live.Spec.Replicas, live.Spec.Selector, live.Spec.Strategy = dep.Labels, dep.Spec.Replicas, dep.Spec.Selector, dep.Spec.Strategy
+		// Only the fields we own: defaults the API server adds to the template stay untouched.
+		if !equality.Semantic.DeepDerivative(dep.Spec.Template, live.Spec.Template) {
+			live.Spec.Template = dep.Spec.Template
+		}
+		return controllerutil.SetControllerReference(&fn, live, r.Scheme)
+	}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("applying deployment: %w", err)
+	}
+	svc := resources.MakeService(&fn)
+	liveSvc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, liveSvc, func() error {
+		liveSvc.Labels, liveSvc.Spec.Selector, liveSvc.Spec.Ports = svc.Labels, svc.Spec.Selector, mergePorts(liveSvc.Spec.Ports, svc.Spec.Ports)
+		return controllerutil.SetControllerReference(&fn, liveSvc, r.Scheme)
+	}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("applying service: %w", err)
+	}
+
+	switch {
+	case replicas == 0:
+		fn.MarkReady()
+		fn.Status.Message = "stopped: disabled by its http triggers"
+	case live.Status.ObservedGeneration >= live.Generation && live.Status.UpdatedReplicas >= replicas && live.Status.AvailableReplicas >= replicas:
+		fn.MarkReady()
+	default:
+		if err := r.writeStatus(ctx, &fn, before); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, nil // the Deployment's status change brings us back (Owns)
+	}
+	return ctrl.Result{}, r.writeStatus(ctx, &fn, before)
+}
+
+const (
+	annotationBuiltFor  = "sless.dev/built-for"
+	annotationFailedFor = "sless.dev/failed-for"
+)
+
+// buildKey names what decides the image: code, runtime image and entrypoint.
+func buildKey(fn *slessv1.Function, runtimes map[string]string) string {
+	return fn.Spec.CodeSHA256[:min(12, len(fn.Spec.CodeSHA256))] + "." + digestOf(runtimes[fn.Spec.Runtime]) + "." + fn.Spec.Entrypoint
+}
+
+func digestOf(ref string) string {
+	_, d, _ := strings.Cut(ref, "@sha256:")
+	return d[:min(12, len(d))]
+}
+
+// writeStatus updates status only when it changed: an unchanged reconcile writes nothing.
+func (r *FunctionReconciler) writeStatus(ctx context.Context, fn *slessv1.Function, before *slessv1.FunctionStatus) error {
+	if equality.Semantic.DeepEqual(&fn.Status, before) {
+		return nil
+	}
+	return r.Status().Update(ctx, fn)
+}
+
+// build makes and pushes the image; user errors become Failed and a terminal error (no hot loop).
+func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, before *slessv1.FunctionStatus) (string, error) {
+	select {
+	case r.Builds <- struct{}{}:
+		defer func() { <-r.Builds }()
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	fn.MarkBuilding()
+	if err := r.writeStatus(ctx, fn, before); err != nil {
+		return "", err
+	}
+	*before = *fn.Status.DeepCopy()
+	bctx, cancel := context.WithTimeout(ctx, r.BuildTimeout)
+	defer cancel()
+	start := time.Now()
+	image, err := r.buildImage(bctx, fn)
+	key := buildKey(fn, r.Runtimes)
+	if err != nil {
+		user := errors.Is(err, oci.ErrInvalidSource) || errors.Is(err, api.ErrNotFound) || isLayerError(err)
+		fn.MarkFailed("BuildFailed", "build failed: "+err.Error())
+		if werr := r.writeStatus(ctx, fn, before); werr != nil {
+			return "", werr
+		}
+		if user {
+			if fn.Annotations == nil {
+				fn.Annotations = map[string]string{}
+			}
+			fn.Annotations[annotationFailedFor] = key
+			if uerr := r.Update(ctx, fn); uerr != nil {
+				return "", uerr
+			}
+			return "", reconcile.TerminalError(err)
+		}
+		return "", err
+	}
+	now := metav1.Now()
+	fn.MarkBuilt(image)
+	fn.Status.LastBuiltAt = &now
+	fn.Status.Build = &slessv1.BuildStatus{DurationMS: time.Since(start).Milliseconds()}
+	if err := r.Status().Update(ctx, fn); err != nil {
+		return "", err
+	}
+	*before = *fn.Status.DeepCopy()
+	if fn.Annotations == nil {
+		fn.Annotations = map[string]string{}
+	}
+	fn.Annotations[annotationBuiltFor] = key
+	delete(fn.Annotations, annotationFailedFor)
+	if err := r.Update(ctx, fn); err != nil {
+		return "", err
+	}
+	return image, nil
+}
+
+func isLayerError(err error) bool {
+	var ee *layers.EntryError
+	return errors.As(err, &ee) || errors.Is(err, layers.ErrInvalidArchive) || errors.Is(err, layers.ErrTooLarge) || errors.Is(err, layers.ErrCompressionRatio)
+}
+
+func (r *FunctionReconciler) buildImage(ctx context.Context, fn *slessv1.Function) (string, error) {
+	runtimeRef, ok := r.Runtimes[fn.Spec.Runtime]
+	if !ok {
+		return "", fmt.Errorf("%w: runtime %q is not installed", oci.ErrInvalidSource, fn.Spec.Runtime)
+	}
+	rc, err := r.Code.Get(ctx, api.CodeKey(fn.Namespace, fn.Name, fn.Spec.CodeSHA256))
+	if err != nil {
+		return "", fmt.Errorf("reading the uploaded code: %w", err)
+	}
+	defer rc.Close()
+	tmp, err := os.CreateTemp("", "sless-code-*.zip")
+	if err != nil {
+		return "", err
+	}
+	defer func() { tmp.Close(); os.Remove(tmp.Name()) }()
+	size, err := io.Copy(tmp, rc)
+	if err != nil {
+		return "", err
+	}
+	res, err := r.Builder.Build(ctx, oci.Source{RuntimeImage: runtimeRef, Zip: tmp, ZipSize: size, ZipSHA256: fn.Spec.CodeSHA256,
+		Handler: fn.Spec.Entrypoint, Function: fn.Name, Namespace: fn.Namespace, Runtime: fn.Spec.Runtime})
+	if err != nil {
+		return "", err
+	}
+	defer res.Close()
+	ref, err := r.Builder.Push(ctx, res, r.Registry+"/"+fn.Namespace+"/"+fn.Name+":latest")
+	if err != nil {
+		return "", err
+	}
+	return ref.String(), nil
+}
+
+// replicas follows DESIGN.md §5: 0 when the function has http triggers and none is enabled.
+func (r *FunctionReconciler) replicas(ctx context.Context, fn *slessv1.Function) (int32, error) {
+	var ts slessv1.TriggerList
+	if err := r.List(ctx, &ts, client.InNamespace(fn.Namespace)); err != nil {
+		return 0, err
+	}
+	httpTriggers, enabled := 0, 0
+	for _, t := range ts.Items {
+		if t.Spec.FunctionRef != fn.Name || t.Spec.Type != "http" {
+			continue
+		}
+		httpTriggers++
+		if t.Spec.Enabled == nil || *t.Spec.Enabled {
+			enabled++
+		}
+	}
+	if httpTriggers > 0 && enabled == 0 {
+		return 0, nil
+	}
+	return 1, nil
+}
+
+// finalize removes the stored code and the image tag, then lets the Function go.
+func (r *FunctionReconciler) finalize(ctx context.Context, fn *slessv1.Function) error {
+	if !controllerutil.ContainsFinalizer(fn, Finalizer) {
+		return nil
+	}
+	if err := r.Code.DeletePrefix(ctx, api.CodePrefix(fn.Namespace, fn.Name)); err != nil {
+		return fmt.Errorf("deleting stored code: %w", err)
+	}
+	if fn.Status.Image != "" {
+		if ref, err := name.NewDigest(fn.Status.Image); err == nil {
+			if err := remote.Delete(ref, remote.WithContext(ctx)); err != nil && !strings.Contains(err.Error(), "MANIFEST_UNKNOWN") {
+				return fmt.Errorf("deleting image %s: %w", fn.Status.Image, err)
+			}
+		}
+	}
+	controllerutil.RemoveFinalizer(fn, Finalizer)
+	if err := r.Update(ctx, fn); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+func mergePorts(live, want []corev1.ServicePort) []corev1.ServicePort {
+	if len(live) == len(want) && len(live) > 0 && live[0].Port == want[0].Port && live[0].TargetPort == want[0].TargetPort {
+		return live // keep server-assigned fields (protocol defaults)
+	}
+	return want
+}
+
+// SetupWithManager watches Functions, their Deployments and Services, and Triggers (which decide
+// replicas).
+func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&slessv1.Function{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Watches(&slessv1.Trigger{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+			t := obj.(*slessv1.Trigger)
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: t.Namespace, Name: t.Spec.FunctionRef}}}
+		})).
+		Complete(r)
+}

@@ -1,0 +1,251 @@
+package controllers_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/codestore"
+	"github.com/sless-dev/sless/internal/kubetest"
+	"github.com/sless-dev/sless/internal/testenv"
+	"github.com/sless-dev/sless/layers"
+	"github.com/sless-dev/sless/oci"
+	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
+	"github.com/sless-dev/sless/operator/controllers"
+)
+
+func runtimeImage(t *testing.T, reg string) string {
+	t.Helper()
+	l, err := layers.FromFS(fstest.MapFS{"server.py": {Data: []byte("print('server')\n")}}, layers.WithPrefix("/app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _ := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), l)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	ref, _ := name.ParseReference(reg + "/sless/runtime-python3.11:latest")
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+	return ref.Context().Digest(d.String()).String()
+}
+
+func zipBytes(files map[string]string) ([]byte, string) {
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for n, b := range files {
+		w, _ := zw.Create(n)
+		w.Write([]byte(b))
+	}
+	zw.Close()
+	sum := sha256.Sum256(buf.Bytes())
+	return buf.Bytes(), hex.EncodeToString(sum[:])
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The Function reconciler on a real kube-apiserver (envtest), a real registry and a real code
+// store. envtest runs no kubelet and no controller-manager: the test marks Deployments available
+// itself, and nothing garbage-collects owned objects.
+func TestFunctionReconciler(t *testing.T) {
+	env := kubetest.Start(t)
+	reg := testenv.Registry(t)
+	codeDir := t.TempDir()
+	code, _ := codestore.NewDir(codeDir)
+	b, _ := oci.NewBuilder()
+	r := &controllers.FunctionReconciler{Client: nil, Builder: b, Code: code, Registry: reg, PublicURL: "http://api.test",
+		Runtimes: map[string]string{"python3.11": runtimeImage(t, reg)}, Builds: make(chan struct{}, 2), BuildTimeout: time.Minute}
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Client, r.Scheme = mgr.GetClient(), mgr.GetScheme()
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go mgr.Start(ctx)
+
+	c := env.Client
+	ns := "sless-0123456789abcdef"
+	c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	upload := func(fn string, files map[string]string) string {
+		z, sum := zipBytes(files)
+		if err := code.Put(ctx, api.CodeKey(ns, fn, sum), bytes.NewReader(z), int64(len(z))); err != nil {
+			t.Fatal(err)
+		}
+		return sum
+	}
+	key := client.ObjectKey{Namespace: ns, Name: "hello"}
+	getFn := func() *slessv1.Function {
+		var f slessv1.Function
+		c.Get(ctx, key, &f)
+		return &f
+	}
+	getDep := func() *appsv1.Deployment {
+		var d appsv1.Deployment
+		if err := c.Get(ctx, key, &d); err != nil {
+			return nil
+		}
+		return &d
+	}
+	markAvailable := func() {
+		d := getDep()
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+		if err := c.Status().Update(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	sum1 := upload("hello", map[string]string{"handler.py": "def handle(e):\n    return 1\n"})
+	if err := c.Create(ctx, &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: ns},
+		Spec: slessv1.FunctionSpec{Runtime: "python3.11", CodeSHA256: sum1, Env: []corev1.EnvVar{{Name: "GREETING", Value: "hi"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	var image1 string
+	t.Run("built and deployed by digest", func(t *testing.T) {
+		eventually(t, "the deployment", func() bool { d := getDep(); return d != nil && strings.Contains(d.Spec.Template.Spec.Containers[0].Image, "@sha256:") })
+		f := getFn()
+		image1 = f.Status.Image
+		if f.Status.BuiltCodeSHA256 != sum1 || !strings.HasPrefix(image1, reg+"/"+ns+"/hello@sha256:") || f.Status.URL != "http://api.test/fn/"+ns+"/hello" {
+			t.Errorf("status %+v", f.Status)
+		}
+		if d := getDep(); d.Spec.Template.Spec.Containers[0].Image != image1 {
+			t.Errorf("deployment runs %s, built %s", d.Spec.Template.Spec.Containers[0].Image, image1)
+		}
+		var svc corev1.Service
+		if err := c.Get(ctx, key, &svc); err != nil {
+			t.Errorf("service: %v", err)
+		}
+		if f.Status.Phase == slessv1.PhaseReady {
+			t.Error("Ready before the deployment is available")
+		}
+		markAvailable()
+		eventually(t, "Ready", func() bool { return getFn().Status.Phase == slessv1.PhaseReady })
+		if !controllersHasFinalizer(getFn()) {
+			t.Error("no finalizer")
+		}
+	})
+	t.Run("unchanged reconcile writes nothing", func(t *testing.T) {
+		time.Sleep(300 * time.Millisecond)
+		f0, d0 := getFn().ResourceVersion, getDep().ResourceVersion
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			t.Fatal(err)
+		}
+		if f1, d1 := getFn().ResourceVersion, getDep().ResourceVersion; f1 != f0 || d1 != d0 {
+			t.Errorf("resourceVersions moved: function %s→%s deployment %s→%s", f0, f1, d0, d1)
+		}
+	})
+	t.Run("code change rolls out a new digest", func(t *testing.T) {
+		sum2 := upload("hello", map[string]string{"handler.py": "def handle(e):\n    return 2\n"})
+		f := getFn()
+		f.Spec.CodeSHA256 = sum2
+		if err := c.Update(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the new image in the deployment", func() bool {
+			d := getDep()
+			return d != nil && d.Spec.Template.Spec.Containers[0].Image != image1 && d.Spec.Template.Spec.Containers[0].Image == getFn().Status.Image
+		})
+	})
+	t.Run("an owned deployment deleted is restored", func(t *testing.T) {
+		if err := c.Delete(ctx, getDep()); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the deployment to come back", func() bool { d := getDep(); return d != nil && d.DeletionTimestamp.IsZero() })
+	})
+	t.Run("disabled by its http trigger: replicas 0", func(t *testing.T) {
+		no := false
+		if err := c.Create(ctx, &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+			Spec: slessv1.TriggerSpec{Type: "http", FunctionRef: "hello", Enabled: &no}}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "replicas 0", func() bool { d := getDep(); return d != nil && *d.Spec.Replicas == 0 })
+	})
+	t.Run("a bad archive fails the function without a hot loop", func(t *testing.T) {
+		bad := upload("broken", map[string]string{"../escape.py": "x"})
+		if err := c.Create(ctx, &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "broken", Namespace: ns},
+			Spec: slessv1.FunctionSpec{Runtime: "python3.11", CodeSHA256: bad}}); err != nil {
+			t.Fatal(err)
+		}
+		var f slessv1.Function
+		eventually(t, "Failed", func() bool {
+			c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "broken"}, &f)
+			return f.Status.Phase == slessv1.PhaseFailed
+		})
+		if !strings.Contains(f.Status.Message, "unsafe path") {
+			t.Errorf("message %q", f.Status.Message)
+		}
+		rv := f.ResourceVersion
+		time.Sleep(time.Second)
+		c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "broken"}, &f)
+		if f.ResourceVersion != rv {
+			t.Errorf("the failed function keeps being written (%s → %s)", rv, f.ResourceVersion)
+		}
+	})
+	t.Run("delete cleans code and image", func(t *testing.T) {
+		img := getFn().Status.Image
+		if err := c.Delete(ctx, getFn()); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the function to go", func() bool {
+			var f slessv1.Function
+			return apierrors.IsNotFound(c.Get(ctx, key, &f))
+		})
+		for _, sum := range []string{sum1} {
+			if ok, _ := code.Exists(ctx, api.CodeKey(ns, "hello", sum)); ok {
+				t.Error("stored code left")
+			}
+		}
+		if entries, _ := os.ReadDir(filepath.Join(codeDir, "code", ns, "hello")); len(entries) != 0 {
+			t.Errorf("stored code left: %v", entries)
+		}
+		ref, _ := name.NewDigest(img)
+		resp, err := http.Head("http://" + ref.Context().RegistryStr() + "/v2/" + ref.Context().RepositoryStr() + "/manifests/" + ref.DigestStr())
+		if err != nil || resp.StatusCode != 404 {
+			t.Errorf("image still in the registry: %v %v", err, resp)
+		}
+	})
+}
+
+func controllersHasFinalizer(f *slessv1.Function) bool {
+	for _, x := range f.Finalizers {
+		if x == controllers.Finalizer {
+			return true
+		}
+	}
+	return false
+}
