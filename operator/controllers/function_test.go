@@ -137,7 +137,10 @@ func TestFunctionReconciler(t *testing.T) {
 	}
 	var image1 string
 	t.Run("built and deployed by digest", func(t *testing.T) {
-		eventually(t, "the deployment", func() bool { d := getDep(); return d != nil && strings.Contains(d.Spec.Template.Spec.Containers[0].Image, "@sha256:") })
+		eventually(t, "the deployment", func() bool {
+			d := getDep()
+			return d != nil && strings.Contains(d.Spec.Template.Spec.Containers[0].Image, "@sha256:")
+		})
 		f := getFn()
 		image1 = f.Status.Image
 		if f.Status.BuiltCodeSHA256 != sum1 || !strings.HasPrefix(image1, reg+"/"+ns+"/hello@sha256:") || f.Status.URL != "http://api.test/fn/"+ns+"/hello" {
