@@ -1,0 +1,144 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
+	"github.com/sless-dev/sless/operator/resources"
+)
+
+// Job phases (the seed's).
+const (
+	JobPending   = "Pending"
+	JobSkipped   = "Skipped"
+	JobRunning   = "Running"
+	JobSucceeded = "Succeeded"
+	JobFailed    = "Failed"
+)
+
+// FunctionJobReconciler runs a FunctionJob as a Kubernetes Job of the function's image in job mode
+// and reads the result from the pod's termination message.
+type FunctionJobReconciler struct {
+	client.Client
+	Scheme *runtime.Scheme
+}
+
+// +kubebuilder:rbac:groups=sless.dev,resources=functionjobs,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=sless.dev,resources=functionjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+
+// Reconcile follows the seed's run_id rule: 0 never runs, a higher run_id runs again.
+func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var fj slessv1.FunctionJob
+	if err := r.Get(ctx, req.NamespacedName, &fj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := fj.Status.DeepCopy()
+	fj.Status.ObservedGeneration = fj.Generation
+	write := func() error {
+		if equality.Semantic.DeepEqual(&fj.Status, before) {
+			return nil
+		}
+		return r.Status().Update(ctx, &fj)
+	}
+	switch {
+	case fj.Spec.RunID == 0:
+		fj.Status.Phase = JobSkipped
+		return ctrl.Result{}, write()
+	case fj.Spec.RunID > fj.Status.LastRunID:
+		var fn slessv1.Function
+		err := r.Get(ctx, client.ObjectKey{Namespace: fj.Namespace, Name: fj.Spec.FunctionRef}, &fn)
+		if apierrors.IsNotFound(err) || (err == nil && fn.Status.Image == "") {
+			fj.Status.Phase, fj.Status.Message = JobPending, fmt.Sprintf("waiting for function %q to be built", fj.Spec.FunctionRef)
+			return ctrl.Result{RequeueAfter: 2 * time.Second}, write()
+		}
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		job := resources.MakeJob(&fj, &fn, fn.Status.Image)
+		if err := controllerutil.SetControllerReference(&fj, job, r.Scheme); err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+			return ctrl.Result{}, err
+		}
+		now := metav1.Now()
+		fj.Status = slessv1.FunctionJobStatus{Phase: JobRunning, JobName: job.Name, LastRunID: fj.Spec.RunID, StartTime: &now,
+			ObservedGeneration: fj.Generation, Conditions: fj.Status.Conditions}
+		return ctrl.Result{}, write()
+	case fj.Status.Phase == JobRunning:
+		var job batchv1.Job
+		if err := r.Get(ctx, client.ObjectKey{Namespace: fj.Namespace, Name: fj.Status.JobName}, &job); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		done, ok := finished(&job)
+		if !done {
+			return ctrl.Result{}, nil // the Job's status change brings us back (Owns)
+		}
+		msg, err := r.terminationMessage(ctx, &job)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		now := metav1.Now()
+		fj.Status.CompletionTime = &now
+		fj.Status.Phase, fj.Status.Message = JobFailed, msg
+		if ok {
+			fj.Status.Phase = JobSucceeded
+		}
+		return ctrl.Result{}, write()
+	}
+	return ctrl.Result{}, write()
+}
+
+func finished(job *batchv1.Job) (done, ok bool) {
+	for _, c := range job.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return true, true
+		case batchv1.JobFailed:
+			return true, false
+		}
+	}
+	return false, false
+}
+
+// terminationMessage is what job mode wrote to /dev/termination-log (the result, or the error).
+func (r *FunctionJobReconciler) terminationMessage(ctx context.Context, job *batchv1.Job) (string, error) {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{"job-name": job.Name}); err != nil {
+		return "", err
+	}
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			if t := cs.State.Terminated; t != nil {
+				if msg := strings.TrimSpace(t.Message); msg != "" {
+					return msg, nil
+				}
+				return t.Reason, nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// SetupWithManager watches FunctionJobs and their Jobs.
+func (r *FunctionJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).For(&slessv1.FunctionJob{}).Owns(&batchv1.Job{}).Complete(r)
+}
