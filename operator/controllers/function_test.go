@@ -207,7 +207,7 @@ func TestFunctionReconciler(t *testing.T) {
 		var f slessv1.Function
 		eventually(t, "Failed", func() bool {
 			c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "broken"}, &f)
-			return f.Status.Phase == slessv1.PhaseFailed
+			return f.Status.Phase == slessv1.PhaseFailed && f.Annotations["sless.dev/failed-for"] != ""
 		})
 		if !strings.Contains(f.Status.Message, "unsafe path") {
 			t.Errorf("message %q", f.Status.Message)
