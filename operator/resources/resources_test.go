@@ -161,3 +161,22 @@ func TestObjectsAcceptedByAPIServer(t *testing.T) {
 		}
 	}
 }
+
+func TestTenantObjectsAccepted(t *testing.T) {
+	env := kubetest.Start(t)
+	ctx := context.Background()
+	ns, objs := resources.TenantObjects("sless-00000000000000bb", resources.TenantConfig{OperatorNamespace: "sless-system",
+		DockerConfigJSON: []byte(`{"auths":{"registry.sless-system.svc:5000":{"auth":"dXNlcjpwYXNz"}}}`), DepsEgress: []string{"10.96.0.0/12"}})
+	if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("labels %v", ns.Labels)
+	}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		obj := o.(client.Object)
+		if err := env.Client.Create(ctx, obj); err != nil {
+			t.Errorf("%T %s: %v", obj, obj.GetName(), err)
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package resources
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// TenantConfig is what every tenant namespace gets.
+type TenantConfig struct {
+	// OperatorNamespace may reach function pods (the /fn/ proxy runs there).
+	OperatorNamespace string
+	// DockerConfigJSON is the registry pull secret's content (.dockerconfigjson).
+	DockerConfigJSON []byte
+	// DepsEgress are the CIDRs deps pods may reach besides DNS (package index, registry).
+	DepsEgress []string
+	// Quota bounds the namespace: total memory limits and pods.
+	MemoryQuota string // e.g. "8Gi"
+	PodQuota    int64
+}
+
+// TenantObjects are the objects of a tenant namespace: the namespace with pod-security
+// "restricted" enforced, a ResourceQuota, a LimitRange, NetworkPolicies (ingress only from the
+// operator's namespace; egress only DNS, plus the index and registry for role=deps pods) and the
+// registry pull secret every pod references.
+func TenantObjects(ns string, c TenantConfig) (*corev1.Namespace, []any) {
+	labels := map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted",
+		"pod-security.kubernetes.io/warn":    "restricted",
+		LabelManaged:                         ManagedBy,
+	}
+	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}
+	meta := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{LabelManaged: ManagedBy}}
+	}
+	mem := c.MemoryQuota
+	if mem == "" {
+		mem = "8Gi"
+	}
+	pods := c.PodQuota
+	if pods == 0 {
+		pods = 50
+	}
+	quota := &corev1.ResourceQuota{ObjectMeta: meta("sless-quota"), Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
+		corev1.ResourceLimitsMemory: resource.MustParse(mem),
+		corev1.ResourcePods:         *resource.NewQuantity(pods, resource.DecimalSI),
+	}}}
+	limits := &corev1.LimitRange{ObjectMeta: meta("sless-limits"), Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+		Type:           corev1.LimitTypeContainer,
+		Default:        corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+		DefaultRequest: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi"), corev1.ResourceCPU: resource.MustParse("25m")},
+		Max:            corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")},
+	}}}}
+	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
+	dns := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{
+		{Protocol: &udp, Port: ptrIntStr(intstr.FromInt32(53))}, {Protocol: &tcp, Port: ptrIntStr(intstr.FromInt32(53))}}}
+	defaultPolicy := &networkingv1.NetworkPolicy{ObjectMeta: meta("sless-default"), Spec: networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": c.OperatorNamespace}}}}}},
+		Egress: []networkingv1.NetworkPolicyEgressRule{dns},
+	}}
+	var depsPeers []networkingv1.NetworkPolicyPeer
+	for _, cidr := range c.DepsEgress {
+		depsPeers = append(depsPeers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
+	}
+	depsPolicy := &networkingv1.NetworkPolicy{ObjectMeta: meta("sless-deps-egress"), Spec: networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelRole: "deps"}},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+		Egress:      []networkingv1.NetworkPolicyEgressRule{{To: depsPeers}},
+	}}
+	secret := &corev1.Secret{ObjectMeta: meta(PullSecret), Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: c.DockerConfigJSON}}
+	return namespace, []any{quota, limits, defaultPolicy, depsPolicy, secret}
+}
