@@ -1,0 +1,217 @@
+// Package kubestore implements the API's stores on the sless CRDs (operator/api/v1alpha1), so the
+// same REST handlers serve the Kubernetes backend: a Function object per function (the uploaded
+// code's sha256 is spec.codeSHA256, which the Function reconciler builds), Trigger and FunctionJob
+// objects, tenant namespaces with their policy objects, and invocation records in a bounded
+// in-memory ring per function (the last 1,000; lost on operator restart until a durable store
+// exists).
+package kubestore
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/apiv1"
+	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
+	"github.com/sless-dev/sless/operator/resources"
+)
+
+// New is an api.Backend on the cluster c reaches.
+func New(c client.Client, code api.CodeStore, tenant resources.TenantConfig) api.Backend {
+	return api.Backend{
+		Namespaces:  &namespaces{c: c, tenant: tenant},
+		Functions:   &functions{c: c},
+		Triggers:    &triggers{c: c},
+		Jobs:        &jobs{c: c},
+		Invocations: api.NewInvocationRing(1000),
+		Code:        code,
+		Resolver:    ServiceResolver{},
+	}
+}
+
+func notFound(err error, ns, name string) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+	}
+	if apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("%s/%s: %w", ns, name, api.ErrAlreadyExists)
+	}
+	return err
+}
+
+// ServiceResolver routes /fn/ to a function's Service through cluster DNS.
+type ServiceResolver struct{}
+
+// Resolve returns http://<name>.<ns>.svc:80.
+func (ServiceResolver) Resolve(_ context.Context, ns, name string) (*url.URL, error) {
+	return &url.URL{Scheme: "http", Host: name + "." + ns + ".svc:80"}, nil
+}
+
+// --- namespaces
+
+type namespaces struct {
+	c      client.Client
+	tenant resources.TenantConfig
+}
+
+func (n *namespaces) Ensure(ctx context.Context, ns string) error {
+	nsObj, objs := resources.TenantObjects(ns, n.tenant)
+	if err := n.c.Create(ctx, nsObj); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	for _, o := range objs {
+		if err := n.c.Create(ctx, o.(client.Object)); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+func (n *namespaces) Exists(ctx context.Context, ns string) (bool, error) {
+	var obj corev1.Namespace
+	err := n.c.Get(ctx, client.ObjectKey{Name: ns}, &obj)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil && obj.DeletionTimestamp.IsZero() && obj.Labels[resources.LabelManaged] == resources.ManagedBy, err
+}
+
+func (n *namespaces) Delete(ctx context.Context, ns string) error {
+	err := n.c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// --- functions
+
+type functions struct{ c client.Client }
+
+func toAPIFunction(f *slessv1.Function) apiv1.Function {
+	out := apiv1.Function{Name: f.Name, Runtime: f.Spec.Runtime, Entrypoint: f.Spec.Entrypoint, MemoryMB: int(f.Spec.MemoryMB), TimeoutSec: int(f.Spec.TimeoutSec)}
+	if len(f.Spec.Env) > 0 {
+		out.EnvVars = map[string]string{}
+		for _, e := range f.Spec.Env {
+			out.EnvVars[e.Name] = e.Value
+		}
+	}
+	s := f.Status
+	out.Status = apiv1.FunctionStatus{Phase: s.Phase, Image: s.Image, CodeSHA256: f.Spec.CodeSHA256, Message: s.Message, URL: s.URL}
+	if s.LastBuiltAt != nil {
+		t := s.LastBuiltAt.Time
+		out.Status.LastBuiltAt = &t
+	}
+	if s.Build != nil {
+		out.Status.Build = &apiv1.BuildInfo{DurationMS: s.Build.DurationMS, DepsKey: s.Build.DepsKey, DepsCached: s.Build.DepsCached}
+	}
+	return out
+}
+
+// fromAPIFunction writes the spec fields and the status fields the API owns into f.
+func fromAPIFunction(in apiv1.Function, f *slessv1.Function) {
+	f.Spec.Runtime, f.Spec.Entrypoint = in.Runtime, in.Entrypoint
+	f.Spec.MemoryMB, f.Spec.TimeoutSec = int32(in.MemoryMB), int32(in.TimeoutSec)
+	f.Spec.CodeSHA256 = in.Status.CodeSHA256
+	keys := make([]string, 0, len(in.EnvVars))
+	for k := range in.EnvVars {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	f.Spec.Env = nil
+	for _, k := range keys {
+		f.Spec.Env = append(f.Spec.Env, corev1.EnvVar{Name: k, Value: in.EnvVars[k]})
+	}
+	f.Status.Phase, f.Status.Message, f.Status.URL = in.Status.Phase, in.Status.Message, in.Status.URL
+}
+
+func (s *functions) List(ctx context.Context, ns string) ([]apiv1.Function, error) {
+	var l slessv1.FunctionList
+	if err := s.c.List(ctx, &l, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	out := make([]apiv1.Function, 0, len(l.Items))
+	for i := range l.Items {
+		out = append(out, toAPIFunction(&l.Items[i]))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (s *functions) Get(ctx context.Context, ns, name string) (apiv1.Function, error) {
+	var f slessv1.Function
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &f); err != nil {
+		return apiv1.Function{}, notFound(err, ns, name)
+	}
+	return toAPIFunction(&f), nil
+}
+
+func (s *functions) Create(ctx context.Context, ns string, in apiv1.Function) (apiv1.Function, error) {
+	f := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: in.Name, Namespace: ns}}
+	fromAPIFunction(in, f)
+	status := f.Status
+	if err := s.c.Create(ctx, f); err != nil {
+		return apiv1.Function{}, notFound(err, ns, in.Name)
+	}
+	f.Status = status
+	if err := s.c.Status().Update(ctx, f); err != nil {
+		return apiv1.Function{}, err
+	}
+	return toAPIFunction(f), nil
+}
+
+func (s *functions) Update(ctx context.Context, ns, name string, fn func(*apiv1.Function) error) (apiv1.Function, error) {
+	var out apiv1.Function
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var f slessv1.Function
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &f); err != nil {
+			return notFound(err, ns, name)
+		}
+		cur := toAPIFunction(&f)
+		if err := fn(&cur); err != nil {
+			return err
+		}
+		specBefore, statusBefore := f.Spec.DeepCopy(), f.Status.DeepCopy()
+		fromAPIFunction(cur, &f)
+		if !equalSpec(specBefore, &f.Spec) {
+			status := f.Status
+			if err := s.c.Update(ctx, &f); err != nil {
+				return err
+			}
+			f.Status = status
+		}
+		if statusBefore.Phase != f.Status.Phase || statusBefore.Message != f.Status.Message || statusBefore.URL != f.Status.URL {
+			if err := s.c.Status().Update(ctx, &f); err != nil {
+				return err
+			}
+		}
+		out = toAPIFunction(&f)
+		return nil
+	})
+	return out, err
+}
+
+func equalSpec(a, b *slessv1.FunctionSpec) bool {
+	if a.Runtime != b.Runtime || a.Entrypoint != b.Entrypoint || a.CodeSHA256 != b.CodeSHA256 || a.MemoryMB != b.MemoryMB ||
+		a.TimeoutSec != b.TimeoutSec || len(a.Env) != len(b.Env) {
+		return false
+	}
+	for i := range a.Env {
+		if a.Env[i].Name != b.Env[i].Name || a.Env[i].Value != b.Env[i].Value {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *functions) Delete(ctx context.Context, ns, name string) error {
+	return notFound(s.c.Delete(ctx, &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}), ns, name)
+}
