@@ -161,8 +161,15 @@ func (s *functions) Create(ctx context.Context, ns string, in apiv1.Function) (a
 	if err := s.c.Create(ctx, f); err != nil {
 		return apiv1.Function{}, notFound(err, ns, in.Name)
 	}
-	f.Status = status
-	if err := s.c.Status().Update(ctx, f); err != nil {
+	// The reconciler may already be writing the new object (its finalizer): retry on conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := s.c.Get(ctx, client.ObjectKeyFromObject(f), f); err != nil {
+			return err
+		}
+		f.Status.Phase, f.Status.Message, f.Status.URL = status.Phase, status.Message, status.URL
+		return s.c.Status().Update(ctx, f)
+	})
+	if err != nil {
 		return apiv1.Function{}, err
 	}
 	return toAPIFunction(f), nil

@@ -51,8 +51,14 @@ func (s *triggers) Create(ctx context.Context, ns string, in apiv1.Trigger) (api
 	if err := s.c.Create(ctx, t); err != nil {
 		return apiv1.Trigger{}, notFound(err, ns, in.Name)
 	}
-	t.Status.Active, t.Status.URL = in.Status.Active, in.Status.URL
-	if err := s.c.Status().Update(ctx, t); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := s.c.Get(ctx, client.ObjectKeyFromObject(t), t); err != nil {
+			return err
+		}
+		t.Status.Active, t.Status.URL = in.Status.Active, in.Status.URL
+		return s.c.Status().Update(ctx, t)
+	})
+	if err != nil {
 		return apiv1.Trigger{}, err
 	}
 	return toAPITrigger(t), nil
@@ -133,8 +139,16 @@ func (s *jobs) Create(ctx context.Context, ns string, in apiv1.Job) (apiv1.Job, 
 	if err := s.c.Create(ctx, j); err != nil {
 		return apiv1.Job{}, notFound(err, ns, in.Name)
 	}
-	j.Status.Phase = in.Status.Phase
-	if err := s.c.Status().Update(ctx, j); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := s.c.Get(ctx, client.ObjectKeyFromObject(j), j); err != nil {
+			return err
+		}
+		if j.Status.Phase == "" {
+			j.Status.Phase = in.Status.Phase
+		}
+		return s.c.Status().Update(ctx, j)
+	})
+	if err != nil {
 		return apiv1.Job{}, err
 	}
 	return toAPIJob(j), nil

@@ -23,6 +23,26 @@ type Env struct {
 	Config *rest.Config
 	Client client.Client
 	Scheme *runtime.Scheme
+	env    *envtest.Environment
+}
+
+// Kubeconfig writes a kubeconfig for a cluster-admin user (for a process under test) and returns
+// its path.
+func (e *Env) Kubeconfig(t testing.TB) string {
+	t.Helper()
+	u, err := e.env.AddUser(envtest.User{Name: "sless-test-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // Start runs envtest for the test's lifetime.
@@ -56,5 +76,5 @@ func Start(t testing.TB) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Env{Config: cfg, Client: c, Scheme: scheme}
+	return &Env{Config: cfg, Client: c, Scheme: scheme, env: env}
 }

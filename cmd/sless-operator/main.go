@@ -1,0 +1,179 @@
+// Command sless-operator runs the Kubernetes backend in one binary, as the seed did: the
+// controllers (Function, Trigger, FunctionJob) and the REST API with the /fn/ proxy, which reaches
+// functions through their Services. Only this package reads flags and the environment.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/api/codestore"
+	"github.com/sless-dev/sless/api/kubestore"
+	"github.com/sless-dev/sless/oci"
+	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
+	"github.com/sless-dev/sless/operator/controllers"
+	"github.com/sless-dev/sless/operator/resources"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "sless-operator:", err)
+		os.Exit(1)
+	}
+}
+
+type runtimeFlags map[string]string
+
+func (r runtimeFlags) String() string { return fmt.Sprint(map[string]string(r)) }
+func (r runtimeFlags) Set(v string) error {
+	k, ref, ok := strings.Cut(v, "=")
+	if !ok {
+		return errors.New("want NAME=IMAGE@sha256:…")
+	}
+	r[k] = ref
+	return nil
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("sless-operator", flag.ContinueOnError)
+	listen := fs.String("listen", ":8080", "REST API and /fn/ address")
+	publicURL := fs.String("public-url", "http://127.0.0.1:8080", "base URL users reach the API at")
+	registry := fs.String("registry", "", "registry host[:port] function images are pushed to (required)")
+	insecure := fs.Bool("insecure-registry", false, "plain HTTP to the registry")
+	codeDir := fs.String("code-dir", "", "code store directory (or the S3 flags)")
+	s3Endpoint := fs.String("s3-endpoint", "", "S3 endpoint of the code store")
+	s3Bucket := fs.String("s3-bucket", "", "S3 bucket of the code store")
+	s3Region := fs.String("s3-region", "us-east-1", "S3 region")
+	jwks := fs.String("jwks-url", "", "verify tokens with this JWKS URL")
+	pubKey := fs.String("jwt-public-key", "", "verify tokens with this PEM public key file")
+	secretFile := fs.String("hs256-secret-file", "", "verify HS256 tokens with the secret in this file (development)")
+	operatorNS := fs.String("operator-namespace", "sless-system", "namespace the operator (and the /fn/ proxy) runs in")
+	pullSecret := fs.String("pull-secret-file", "", ".dockerconfigjson copied into every tenant namespace as sless-registry")
+	builds := fs.Int("max-builds", 2, "concurrent in-process builds")
+	rts := runtimeFlags{}
+	fs.Var(rts, "runtime", "NAME=IMAGE@sha256:… (repeatable): runtime images by digest")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *registry == "" || len(rts) == 0 {
+		return errors.New("--registry and at least one --runtime are required")
+	}
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+
+	var code api.CodeStore
+	var err error
+	switch {
+	case *codeDir != "":
+		code, err = codestore.NewDir(*codeDir)
+	case *s3Bucket != "":
+		code, err = codestore.NewS3(ctx, codestore.S3Config{Bucket: *s3Bucket, Endpoint: *s3Endpoint, Region: *s3Region})
+	default:
+		err = errors.New("give --code-dir or --s3-bucket")
+	}
+	if err != nil {
+		return err
+	}
+	var aopt auth.Option
+	switch {
+	case *jwks != "":
+		aopt = auth.WithJWKS(*jwks)
+	case *pubKey != "":
+		b, err := os.ReadFile(*pubKey)
+		if err != nil {
+			return err
+		}
+		aopt = auth.WithPublicKeyPEM(b)
+	case *secretFile != "":
+		b, err := os.ReadFile(*secretFile)
+		if err != nil {
+			return err
+		}
+		aopt = auth.WithHS256Secret([]byte(strings.TrimSpace(string(b))))
+	default:
+		return errors.New("give --jwks-url, --jwt-public-key or --hs256-secret-file")
+	}
+	verifier, err := auth.New(aopt, auth.WithContext(ctx), auth.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	var dockerConfig []byte = []byte(`{"auths":{}}`)
+	if *pullSecret != "" {
+		if dockerConfig, err = os.ReadFile(*pullSecret); err != nil {
+			return err
+		}
+	}
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := slessv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		return err
+	}
+	builder, err := oci.NewBuilder(oci.WithInsecure(*insecure))
+	if err != nil {
+		return err
+	}
+	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: scheme, Builder: builder, Code: code, Runtimes: rts,
+		Registry: *registry, PublicURL: *publicURL, Builds: make(chan struct{}, *builds), BuildTimeout: 5 * time.Minute}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), Scheme: scheme}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&controllers.TriggerReconciler{Client: mgr.GetClient(), Scheme: scheme, PublicURL: *publicURL}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	// The API reads and writes through a direct client: the manager's cache is eventually
+	// consistent (a create followed by a get could miss) and not ready before it syncs.
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	backend := kubestore.New(direct, code, resources.TenantConfig{OperatorNamespace: *operatorNS, DockerConfigJSON: dockerConfig})
+	srv, err := api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(*publicURL))
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- mgr.Start(ctx) }()
+	go func() { errc <- api.Serve(ctx, api.NewHTTPServer("", srv.Handler(), logger), ln, 10*time.Second) }()
+	fmt.Fprintf(os.Stderr, "sless-operator: API and /fn/ on %s\n", ln.Addr())
+	err = <-errc
+	if ctx.Err() != nil {
+		<-errc // the other half is stopping too
+		return nil
+	}
+	return err
+}

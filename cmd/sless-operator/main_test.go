@@ -1,0 +1,107 @@
+package main_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/api/auth"
+	apiclient "github.com/sless-dev/sless/api/client"
+	"github.com/sless-dev/sless/internal/kubetest"
+	"github.com/sless-dev/sless/internal/testenv"
+	"github.com/sless-dev/sless/layers"
+)
+
+// The operator binary on a real kube-apiserver: the REST API takes an upload, the Function
+// reconciler in the same process builds it in-process and creates the Deployment.
+func TestOperatorBinary(t *testing.T) {
+	env := kubetest.Start(t)
+	reg := testenv.Registry(t)
+	l, _ := layers.FromFS(fstest.MapFS{"server.py": {Data: []byte("print('server')\n")}}, layers.WithPrefix("/app"))
+	img, _ := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), l)
+	ref, _ := name.ParseReference(reg + "/sless/runtime-python3.11:latest")
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sless-operator")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building: %v\n%s", err, out)
+	}
+	secret := "0123456789abcdef0123456789abcdef-operator"
+	os.WriteFile(filepath.Join(dir, "secret"), []byte(secret), 0o600)
+	listen := testenv.FreeAddr(t)
+	cmd := exec.Command(bin, "--listen", listen, "--public-url", "http://"+listen, "--registry", reg, "--code-dir", filepath.Join(dir, "code"),
+		"--hs256-secret-file", filepath.Join(dir, "secret"), "--runtime", "python3.11="+ref.Context().Digest(d.String()).String())
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig(t))
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if resp, err := http.Get("http://" + listen + "/healthz"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("operator not serving:\n%s", logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ctx := context.Background()
+	token, _ := auth.IssueHS256([]byte(secret), "op-user", time.Hour)
+	c, _ := apiclient.New("http://"+listen, token)
+	if err := c.EnsureNamespace(ctx); err != nil {
+		t.Fatalf("%v\n%s", err, logs.String())
+	}
+	if _, err := c.CreateFunction(ctx, apiv1.Function{Name: "hello", Runtime: "python3.11"}); err != nil {
+		t.Fatalf("%v\n%s", err, logs.String())
+	}
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	w, _ := zw.Create("handler.py")
+	w.Write([]byte("def handle(e): return 1\n"))
+	zw.Close()
+	if _, err := c.Upload(ctx, "hello", bytes.NewReader(buf.Bytes()), int64(buf.Len())); err != nil {
+		t.Fatal(err)
+	}
+	var f *apiv1.Function
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		f, _ = c.GetFunction(ctx, "hello")
+		if f != nil && strings.Contains(f.Status.Image, "@sha256:") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not built: %+v\n%s", f, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var dep appsv1.Deployment
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace(), Name: "hello"}, &dep); err != nil {
+		t.Fatalf("deployment: %v", err)
+	}
+	if dep.Spec.Template.Spec.Containers[0].Image != f.Status.Image {
+		t.Errorf("deployment runs %s, built %s", dep.Spec.Template.Spec.Containers[0].Image, f.Status.Image)
+	}
+}
