@@ -3,7 +3,6 @@ package api
 import (
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"net/http"
 
 	"github.com/sless-dev/sless/api/apiv1"
@@ -50,7 +49,7 @@ func toAPIError(err error) *apiv1.Error {
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae := toAPIError(err)
 	if ae.Code == apiv1.CodeInternal {
-		slog.Default().ErrorContext(r.Context(), "request failed", "error", err, "request_id", RequestIDFrom(r.Context()))
+		// The cause goes into this request's log line (observe), through the server's logger.
 		if rec, ok := w.(*recorder); ok {
 			rec.err = err
 		}
