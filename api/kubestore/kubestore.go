@@ -24,6 +24,12 @@ import (
 	"github.com/sless-dev/sless/operator/resources"
 )
 
+// +kubebuilder:rbac:groups=sless.dev,resources=functions;triggers;functionjobs,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=sless.dev,resources=functions/status;triggers/status;functionjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges;secrets,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create
+
 // New is an api.Backend on the cluster c reaches.
 func New(c client.Client, code api.CodeStore, tenant resources.TenantConfig) api.Backend {
 	return api.Backend{
