@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sless-dev/sless/api/client"
+	"github.com/sless-dev/sless/local"
 )
 
 var (
@@ -138,8 +141,30 @@ func startSlessUp(t testing.TB, dataDir, listen, regAddr string, extra []string)
 	if err := u.Client.EnsureNamespace(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// Function containers outlive sless up by design; a test's must not outlive the test.
+	// (Cleanups run last-in first-out: this one runs after Stop.)
+	t.Cleanup(func() { removeInstanceContainers(dataDir) })
 	t.Cleanup(u.Stop)
 	return u, false
+}
+
+// removeInstanceContainers removes every container sless up started for dataDir (its instance
+// label is a hash of the data dir's absolute path).
+func removeInstanceContainers(dataDir string) {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return
+	}
+	sum := sha256.Sum256([]byte(abs))
+	p, err := exec.LookPath("podman")
+	if err != nil {
+		return
+	}
+	args := append(local.PodmanGlobalFlags(filepath.Join(CacheDir(), "podman")), "rm", "-f", "-t", "0", "--filter",
+		"label=dev.sless.instance="+hex.EncodeToString(sum[:])[:12])
+	cmd := exec.Command(p, args...)
+	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(moduleRoot(), "local", "containers.conf"))
+	cmd.Run()
 }
 
 // LogTail is the end of the process's log.
