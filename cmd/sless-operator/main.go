@@ -142,7 +142,8 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: scheme, Builder: builder, Code: code, Runtimes: rts,
-		Registry: *registry, PublicURL: *publicURL, Builds: make(chan struct{}, *builds), BuildTimeout: 5 * time.Minute}).SetupWithManager(mgr); err != nil {
+		Registry: *registry, PublicURL: *publicURL, Builds: make(chan struct{}, *builds), BuildTimeout: 5 * time.Minute,
+		Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), Scheme: scheme}).SetupWithManager(mgr); err != nil {

@@ -1,5 +1,6 @@
 // Package controllers holds the operator's reconcilers (controller-runtime): Function builds
-// in-process and runs a Deployment and Service. Trigger and FunctionJob reconcilers come next.
+// in-process and runs a Deployment and Service (scaled to 0 when its http triggers disable it);
+// FunctionJob runs Jobs; Trigger runs cron triggers as CronJobs.
 package controllers
 
 import (
@@ -19,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -52,6 +54,15 @@ type FunctionReconciler struct {
 	// Builds bounds concurrent builds; BuildTimeout bounds one.
 	Builds       chan struct{}
 	BuildTimeout time.Duration
+	// Recorder, when set, records build outcomes as Events on the Function, so
+	// `kubectl describe function` shows why a build failed without reading operator logs.
+	Recorder record.EventRecorder
+}
+
+func (r *FunctionReconciler) event(fn *slessv1.Function, typ, reason, format string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(fn, typ, reason, format, args...)
+	}
 }
 
 // +kubebuilder:rbac:groups=sless.dev,resources=functions,verbs=get;list;watch;update;patch
@@ -59,6 +70,7 @@ type FunctionReconciler struct {
 // +kubebuilder:rbac:groups=sless.dev,resources=triggers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile moves a Function toward running its current code.
 func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -177,6 +189,7 @@ func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, be
 	if err != nil {
 		user := errors.Is(err, oci.ErrInvalidSource) || errors.Is(err, api.ErrNotFound) || isLayerError(err)
 		fn.MarkFailed("BuildFailed", "build failed: "+err.Error())
+		r.event(fn, corev1.EventTypeWarning, "BuildFailed", "build failed: %v", err)
 		if werr := r.writeStatus(ctx, fn, before); werr != nil {
 			return "", werr
 		}
@@ -196,6 +209,7 @@ func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, be
 	fn.MarkBuilt(image)
 	fn.Status.LastBuiltAt = &now
 	fn.Status.Build = &slessv1.BuildStatus{DurationMS: time.Since(start).Milliseconds()}
+	r.event(fn, corev1.EventTypeNormal, "Built", "built %s in %d ms", image, fn.Status.Build.DurationMS)
 	if err := r.Status().Update(ctx, fn); err != nil {
 		return "", err
 	}

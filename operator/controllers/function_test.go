@@ -91,7 +91,7 @@ func TestFunctionReconciler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Client, r.Scheme = mgr.GetClient(), mgr.GetScheme()
+	r.Client, r.Scheme, r.Recorder = mgr.GetClient(), mgr.GetScheme(), mgr.GetEventRecorderFor("sless-operator")
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +162,23 @@ func TestFunctionReconciler(t *testing.T) {
 			t.Error("no finalizer")
 		}
 	})
+	// Events are how `kubectl describe` explains a build; they are written asynchronously.
+	eventFor := func(t *testing.T, name, typ, reason, contains string) {
+		t.Helper()
+		eventually(t, reason+" event on "+name, func() bool {
+			var evs corev1.EventList
+			c.List(ctx, &evs, client.InNamespace(ns))
+			for _, e := range evs.Items {
+				if e.InvolvedObject.Kind == "Function" && e.InvolvedObject.Name == name && e.Type == typ && e.Reason == reason && strings.Contains(e.Message, contains) {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	t.Run("a Built event names the image", func(t *testing.T) {
+		eventFor(t, "hello", corev1.EventTypeNormal, "Built", image1)
+	})
 	t.Run("unchanged reconcile writes nothing", func(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		f0, d0 := getFn().ResourceVersion, getDep().ResourceVersion
@@ -212,6 +229,7 @@ func TestFunctionReconciler(t *testing.T) {
 		if !strings.Contains(f.Status.Message, "unsafe path") {
 			t.Errorf("message %q", f.Status.Message)
 		}
+		eventFor(t, "broken", corev1.EventTypeWarning, "BuildFailed", "unsafe path")
 		rv := f.ResourceVersion
 		time.Sleep(time.Second)
 		c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "broken"}, &f)
