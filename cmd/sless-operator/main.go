@@ -146,7 +146,7 @@ func run(ctx context.Context, args []string) error {
 		Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), Scheme: scheme}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&controllers.TriggerReconciler{Client: mgr.GetClient(), Scheme: scheme, PublicURL: *publicURL}).SetupWithManager(mgr); err != nil {

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -34,12 +35,21 @@ const (
 type FunctionJobReconciler struct {
 	client.Client
 	Scheme *runtime.Scheme
+	// Recorder, when set, records each run's start and outcome as Events on the FunctionJob.
+	Recorder record.EventRecorder
+}
+
+func (r *FunctionJobReconciler) event(fj *slessv1.FunctionJob, typ, reason, format string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(fj, typ, reason, format, args...)
+	}
 }
 
 // +kubebuilder:rbac:groups=sless.dev,resources=functionjobs,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=sless.dev,resources=functionjobs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile follows the seed's run_id rule: 0 never runs, a higher run_id runs again.
 func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -73,7 +83,9 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err := controllerutil.SetControllerReference(&fj, job, r.Scheme); err != nil {
 			return ctrl.Result{}, err
 		}
-		if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := r.Create(ctx, job); err == nil {
+			r.event(&fj, corev1.EventTypeNormal, "Started", "run_id %d started as Job %s", fj.Spec.RunID, job.Name)
+		} else if !apierrors.IsAlreadyExists(err) {
 			return ctrl.Result{}, err
 		}
 		now := metav1.Now()
@@ -99,7 +111,15 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if ok {
 			fj.Status.Phase = JobSucceeded
 		}
-		return ctrl.Result{}, write()
+		if err := write(); err != nil {
+			return ctrl.Result{}, err
+		}
+		if ok {
+			r.event(&fj, corev1.EventTypeNormal, "Succeeded", "run_id %d: %s", fj.Status.LastRunID, msg)
+		} else {
+			r.event(&fj, corev1.EventTypeWarning, "Failed", "run_id %d: %s", fj.Status.LastRunID, msg)
+		}
+		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, write()
 }

@@ -26,7 +26,7 @@ func TestFunctionJobAndTrigger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	if err := (&controllers.TriggerReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), PublicURL: "http://api.test"}).SetupWithManager(mgr); err != nil {
@@ -93,6 +93,18 @@ func TestFunctionJobAndTrigger(t *testing.T) {
 		eventually(t, "Succeeded", func() bool { return getJob("run").Status.Phase == "Succeeded" })
 		if fj := getJob("run"); fj.Status.Message != `{"sum": 600}` || fj.Status.LastRunID != 1 || fj.Status.CompletionTime == nil {
 			t.Errorf("status %+v", fj.Status)
+		}
+		for _, want := range []string{"Started:run_id 1 started as Job run-run-1", `Succeeded:run_id 1: {"sum": 600}`} {
+			eventually(t, "event "+want, func() bool {
+				var evs corev1.EventList
+				c.List(ctx, &evs, client.InNamespace(ns))
+				for _, e := range evs.Items {
+					if e.InvolvedObject.Kind == "FunctionJob" && e.InvolvedObject.Name == "run" && e.Reason+":"+e.Message == want {
+						return true
+					}
+				}
+				return false
+			})
 		}
 	})
 	t.Run("a higher run_id runs again", func(t *testing.T) {
