@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -76,7 +77,7 @@ func (p *Platform) reconcileFunction(ctx context.Context, ns, fname string) erro
 	if bs.Image == "" || bs.key() != want.key() {
 		if bs.FailedKey == want.key() {
 			// This exact build failed already; a new upload or spec change retries.
-			return p.setStatus(ctx, ns, fname, func(s *apiv1.FunctionStatus) {
+			return p.setStatus(ctx, ns, &fn, func(s *apiv1.FunctionStatus) {
 				if s.Phase != apiv1.PhaseFailed {
 					s.Phase, s.Message = apiv1.PhaseFailed, "the last build of this code failed; upload a fix"
 				}
@@ -94,7 +95,7 @@ func (p *Platform) reconcileFunction(ctx context.Context, ns, fname string) erro
 	}
 	if off, names := api.DisabledBy(triggers, fname); off {
 		p.stopFunction(ctx, ns, fname, "")
-		return p.setStatus(ctx, ns, fname, func(s *apiv1.FunctionStatus) {
+		return p.setStatus(ctx, ns, &fn, func(s *apiv1.FunctionStatus) {
 			s.Phase, s.Message = apiv1.PhaseReady, "stopped: disabled by trigger "+strings.Join(names, ", ")
 		})
 	}
@@ -108,14 +109,14 @@ func (p *Platform) reconcileFunction(ctx context.Context, ns, fname string) erro
 		inst, err := p.startFunction(ctx, ns, fname, bs.Image, cname, env, fn.MemoryMB)
 		if err != nil {
 			// The previous container, if any, keeps serving.
-			return p.setStatus(ctx, ns, fname, func(s *apiv1.FunctionStatus) {
+			return p.setStatus(ctx, ns, &fn, func(s *apiv1.FunctionStatus) {
 				s.Phase, s.Message = apiv1.PhaseFailed, err.Error()
 			})
 		}
 		p.mu.Lock()
 		p.routes[ns+"/"+fname] = inst // the switch: new requests go to the new container from here on
 		p.mu.Unlock()
-		err = p.setStatus(ctx, ns, fname, func(s *apiv1.FunctionStatus) {
+		err = p.setStatus(ctx, ns, &fn, func(s *apiv1.FunctionStatus) {
 			s.Phase, s.Message, s.Image = apiv1.PhaseReady, "", bs.Image
 		})
 		// The old container gets SIGTERM and finishes what it is serving (up to the function's
@@ -127,13 +128,23 @@ func (p *Platform) reconcileFunction(ctx context.Context, ns, fname string) erro
 		}()
 		return err
 	}
-	return p.setStatus(ctx, ns, fname, func(s *apiv1.FunctionStatus) {
+	return p.setStatus(ctx, ns, &fn, func(s *apiv1.FunctionStatus) {
 		s.Phase, s.Message, s.Image = apiv1.PhaseReady, "", bs.Image
 	})
 }
 
-func (p *Platform) setStatus(ctx context.Context, ns, name string, f func(*apiv1.FunctionStatus)) error {
-	_, err := p.functions.Update(ctx, ns, name, func(fn *apiv1.Function) error { f(&fn.Status); return nil })
+// setStatus applies f to the function's status. snap is the record this reconcile acted on: if an
+// upload or spec change landed since, the phase and message stay as the API set them (Pending), so a
+// client never sees Ready for code that is not running yet; the change's own reconcile follows.
+func (p *Platform) setStatus(ctx context.Context, ns string, snap *apiv1.Function, f func(*apiv1.FunctionStatus)) error {
+	_, err := p.functions.Update(ctx, ns, snap.Name, func(fn *apiv1.Function) error {
+		phase, msg := fn.Status.Phase, fn.Status.Message
+		f(&fn.Status)
+		if !sameSpec(fn, snap) {
+			fn.Status.Phase, fn.Status.Message = phase, msg
+		}
+		return nil
+	})
 	if errors.Is(err, api.ErrNotFound) {
 		return nil // deleted meanwhile; the delete reconciles next
 	}
@@ -143,7 +154,7 @@ func (p *Platform) setStatus(ctx context.Context, ns, name string, f func(*apiv1
 // build makes and pushes the function image; on failure the function is Failed with the reason and
 // the previous image (and container) stay.
 func (p *Platform) build(ctx context.Context, ns string, fn *apiv1.Function, bs *buildState, want buildState) error {
-	if err := p.setStatus(ctx, ns, fn.Name, func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseBuilding, "" }); err != nil {
+	if err := p.setStatus(ctx, ns, fn, func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseBuilding, "" }); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -158,7 +169,7 @@ func (p *Platform) build(ctx context.Context, ns string, fn *apiv1.Function, bs 
 			bs.FailedKey = want.key()
 			putBuild(p.db, ns, fn.Name, *bs)
 		}
-		p.setStatus(ctx, ns, fn.Name, func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseFailed, "build failed: "+err.Error() })
+		p.setStatus(ctx, ns, fn, func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseFailed, "build failed: "+err.Error() })
 		return fmt.Errorf("building %s/%s: %w", ns, fn.Name, err)
 	}
 	images := append(bs.Images, image)
@@ -168,7 +179,7 @@ func (p *Platform) build(ctx context.Context, ns string, fn *apiv1.Function, bs 
 		return err
 	}
 	now := time.Now().UTC().Truncate(time.Second)
-	return p.setStatus(ctx, ns, fn.Name, func(s *apiv1.FunctionStatus) {
+	return p.setStatus(ctx, ns, fn, func(s *apiv1.FunctionStatus) {
 		s.Image, s.LastBuiltAt = image, &now
 		if info == nil {
 			info = &apiv1.BuildInfo{}
@@ -405,4 +416,10 @@ func userError(err error) bool {
 	var ie *deps.InstallError
 	return errors.As(err, &ee) || errors.As(err, &ie) || errors.Is(err, oci.ErrInvalidSource) || errors.Is(err, deps.ErrInvalidSpec) ||
 		errors.Is(err, layers.ErrInvalidArchive) || errors.Is(err, layers.ErrTooLarge) || errors.Is(err, layers.ErrCompressionRatio)
+}
+
+// sameSpec reports whether a and b ask for the same running function (code, runtime, settings).
+func sameSpec(a, b *apiv1.Function) bool {
+	return a.Status.CodeSHA256 == b.Status.CodeSHA256 && a.Runtime == b.Runtime && a.Entrypoint == b.Entrypoint &&
+		a.MemoryMB == b.MemoryMB && a.TimeoutSec == b.TimeoutSec && maps.Equal(a.EnvVars, b.EnvVars)
 }
