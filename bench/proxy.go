@@ -21,6 +21,7 @@ import (
 	"github.com/sless-dev/sless/api/auth"
 	"github.com/sless-dev/sless/api/codestore"
 	"github.com/sless-dev/sless/api/memstore"
+	"github.com/sless-dev/sless/internal/ports"
 )
 
 type fixedResolver struct{ u *url.URL }
@@ -31,7 +32,7 @@ func (r fixedResolver) Resolve(context.Context, string, string) (*url.URL, error
 // real python3.11 runtime server (examples/hello-python) on 127.0.0.1, driven by a bounded Go loop.
 func benchProxy(ctx context.Context, c config, work string) error {
 	root, _ := repoRoot()
-	port, err := freePort()
+	port, err := ports.Free()
 	if err != nil {
 		return err
 	}
@@ -196,15 +197,6 @@ func load(ctx context.Context, url string, conc int, d time.Duration) (loadResul
 	}
 	wg.Wait()
 	return loadResult{lat: all, errors: errs.Load(), dur: time.Since(start)}, ctx.Err()
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func waitHTTP(u string, within time.Duration) error {

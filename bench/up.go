@@ -1,7 +1,6 @@
 package main
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/client"
+	"github.com/sless-dev/sless/internal/ports"
 )
 
 // benchUp measures the single-host platform: a one-line change uploaded through the API until the
@@ -33,12 +33,7 @@ func benchUp(ctx context.Context, c config, work, slessBin string) error {
 	}
 	fnURL := cl.FunctionURL("hello")
 	code := func(i int) []byte {
-		var buf bytes.Buffer
-		zw := zip.NewWriter(&buf)
-		w, _ := zw.Create("handler.py")
-		fmt.Fprintf(w, "def handle(event):\n    return {'version': %d}\n", i)
-		zw.Close()
-		return buf.Bytes()
+		return zipOf(map[string]string{"handler.py": fmt.Sprintf("def handle(event):\n    return {'version': %d}\n", i)})
 	}
 	type run struct{ total, build, start, first, steady time.Duration }
 	var runs []run
@@ -137,11 +132,11 @@ func benchUp(ctx context.Context, c config, work, slessBin string) error {
 // startSlessUp runs `sless up` on a fresh data dir and free ports and returns a client for it.
 func startSlessUp(ctx context.Context, work, slessBin, name string, extra ...string) (*client.Client, func(), error) {
 	data := filepath.Join(work, name)
-	listen, err := freePort()
+	listen, err := ports.Free()
 	if err != nil {
 		return nil, nil, err
 	}
-	reg, err := freePort()
+	reg, err := ports.Free()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/deps"
+	"github.com/sless-dev/sless/internal/ports"
 	"github.com/sless-dev/sless/layers"
 	"github.com/sless-dev/sless/oci"
 	"github.com/sless-dev/sless/runtimes"
@@ -271,7 +271,7 @@ func (p *Platform) startFunction(ctx context.Context, ns, fname, image, cname st
 		return inst, nil
 	}
 	p.podman.remove(ctx, cname) // a stopped leftover of the same name
-	port, err := freePort()
+	port, err := ports.Free()
 	if err != nil {
 		return nil, err
 	}
@@ -398,15 +398,6 @@ func (p *Platform) cleanupFunction(ctx context.Context, ns, fname string) error 
 		return err
 	}
 	return deleteBuild(p.db, ns, fname)
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // userError reports whether a build failed because of the code or its manifests (it will fail the

@@ -1,13 +1,11 @@
 package local_test
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -43,17 +41,6 @@ func (u *up) logTail() string               { return u.LogTail() }
 func (u *up) stop()                         { u.Stop() }
 func (u *up) get(path string) (int, string) { return u.Get(path) }
 
-func zipFiles(t *testing.T, files map[string]string) []byte {
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for n, body := range files {
-		w, _ := zw.Create(n)
-		io.WriteString(w, body)
-	}
-	zw.Close()
-	return buf.Bytes()
-}
-
 // deploy creates (if needed) and uploads, then waits until the function is Ready or Failed.
 func (u *up) deploy(t *testing.T, name, runtime string, files map[string]string) *apiv1.Function {
 	t.Helper()
@@ -63,7 +50,7 @@ func (u *up) deploy(t *testing.T, name, runtime string, files map[string]string)
 			t.Fatal(err)
 		}
 	}
-	z := zipFiles(t, files)
+	z := testenv.Zip(files)
 	res, err := u.c.Upload(ctx, name, bytes.NewReader(z), int64(len(z)))
 	if err != nil {
 		t.Fatal(err)
@@ -262,17 +249,17 @@ func TestSlessUp(t *testing.T) {
 
 	t.Run("bad input changes nothing", func(t *testing.T) {
 		before, _ := u.c.GetFunction(ctx, "py")
-		code := uploadRaw(t, u, u.token, "py", zipFiles(t, map[string]string{"../../escape.py": "x"}))
+		code := uploadRaw(t, u, u.token, "py", testenv.Zip(map[string]string{"../../escape.py": "x"}))
 		if code != 400 {
 			t.Errorf("zip slip: %d", code)
 		}
 		secret := make([]byte, 32)
 		other, _ := auth.IssueHS256(secret, "dev", time.Hour)
-		if code := uploadRaw(t, u, other, "py", zipFiles(t, map[string]string{"handler.py": "x"})); code != 401 {
+		if code := uploadRaw(t, u, other, "py", testenv.Zip(map[string]string{"handler.py": "x"})); code != 401 {
 			t.Errorf("forged token: %d", code)
 		}
 		mallory, _ := auth.IssueHS256(devSecret(t, u), "mallory", time.Hour)
-		if code := uploadRaw(t, u, mallory, "py", zipFiles(t, map[string]string{"handler.py": "x"})); code != 404 {
+		if code := uploadRaw(t, u, mallory, "py", testenv.Zip(map[string]string{"handler.py": "x"})); code != 404 {
 			t.Errorf("another tenant: %d", code)
 		}
 		after, _ := u.c.GetFunction(ctx, "py")

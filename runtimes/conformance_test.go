@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -66,18 +65,9 @@ func interpreter(t *testing.T, l lang) string {
 	return p
 }
 
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // command returns the server command with the contract's environment.
 func command(t *testing.T, l lang, env ...string) (*exec.Cmd, int) {
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	abs, _ := filepath.Abs(l.dir)
 	cmd := exec.Command(interpreter(t, l), l.serverFile)
 	cmd.Env = append(os.Environ(), "FUNCTION_DIR="+abs, fmt.Sprintf("PORT=%d", port), "HOST=127.0.0.1",

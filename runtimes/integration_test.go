@@ -56,7 +56,7 @@ func TestExamplesInPodman(t *testing.T) {
 			if out, err := podman.Command(ctx, "pull", "-q", "--tls-verify=false", image).CombinedOutput(); err != nil {
 				t.Fatalf("podman pull: %v\n%s", err, out)
 			}
-			port := freePort(t)
+			port := testenv.FreePort(t)
 			cname := fmt.Sprintf("sless-test-%s-%d", tc.example, port)
 			startAt := time.Now()
 			args := append([]string{"run", "-d", "--rm", "--name", cname}, testenv.PodmanRunFlags...)

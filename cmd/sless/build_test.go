@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
 	"fmt"
@@ -82,15 +81,8 @@ func sless(t *testing.T, env []string, args ...string) result {
 
 func writeZip(t *testing.T, files map[string]string) string {
 	t.Helper()
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for n, body := range files {
-		w, _ := zw.Create(n)
-		w.Write([]byte(body))
-	}
-	zw.Close()
 	p := filepath.Join(t.TempDir(), "code.zip")
-	os.WriteFile(p, buf.Bytes(), 0o644)
+	os.WriteFile(p, testenv.Zip(files), 0o644)
 	return p
 }
 

@@ -3,12 +3,13 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/sless-dev/sless/internal/ports"
 )
 
 // S3Server is a running MinIO: a real S3 server on 127.0.0.1.
@@ -25,8 +26,8 @@ func MinIO(t testing.TB) S3Server {
 	if err != nil {
 		Missing(t, "minio (a real S3 server)", err)
 	}
-	port := freePort(t)
-	console := freePort(t)
+	port := FreePort(t)
+	console := FreePort(t)
 	s := S3Server{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), AccessKey: "sless-test", SecretKey: "sless-test-secret-key"}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "server", "--quiet", "--address", fmt.Sprintf("127.0.0.1:%d", port),
@@ -63,11 +64,10 @@ func MinIO(t testing.TB) S3Server {
 	}
 }
 
-func freePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func FreePort(t testing.TB) int {
+	p, err := ports.Free()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }

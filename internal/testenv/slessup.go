@@ -64,7 +64,7 @@ type SlessUp struct {
 
 // FreeAddr is a free 127.0.0.1:port.
 func FreeAddr(t testing.TB) string {
-	return fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	return fmt.Sprintf("127.0.0.1:%d", FreePort(t))
 }
 
 // StartSlessUp runs `sless up` on dataDir (with --test-clock) until the test ends or Stop, waits

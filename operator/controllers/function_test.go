@@ -1,7 +1,6 @@
 package controllers_test
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -54,15 +53,9 @@ func runtimeImage(t *testing.T, reg string) string {
 }
 
 func zipBytes(files map[string]string) ([]byte, string) {
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for n, b := range files {
-		w, _ := zw.Create(n)
-		w.Write([]byte(b))
-	}
-	zw.Close()
-	sum := sha256.Sum256(buf.Bytes())
-	return buf.Bytes(), hex.EncodeToString(sum[:])
+	z := testenv.Zip(files)
+	sum := sha256.Sum256(z)
+	return z, hex.EncodeToString(sum[:])
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -149,10 +142,8 @@ func TestFunctionReconciler(t *testing.T) {
 		if d := getDep(); d.Spec.Template.Spec.Containers[0].Image != image1 {
 			t.Errorf("deployment runs %s, built %s", d.Spec.Template.Spec.Containers[0].Image, image1)
 		}
-		var svc corev1.Service
-		if err := c.Get(ctx, key, &svc); err != nil {
-			t.Errorf("service: %v", err)
-		}
+		// The Service is applied right after the Deployment, in the same reconcile.
+		eventually(t, "the service", func() bool { return c.Get(ctx, key, &corev1.Service{}) == nil })
 		if f.Status.Phase == slessv1.PhaseReady {
 			t.Error("Ready before the deployment is available")
 		}
