@@ -1,10 +1,8 @@
 package local
 
 import (
-	"archive/zip"
 	"context"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/sless-dev/sless/deps"
@@ -41,33 +39,4 @@ func (r depsResolver) Resolve(ctx context.Context, s deps.Spec, in deps.Installe
 		return &deps.InstallError{Output: strings.TrimSpace(lastLines(out+"\n"+err.Error(), 15))}
 	}
 	return nil
-}
-
-// manifestsOf reads the dependency manifests at the root of an uploaded zip.
-func manifestsOf(f io.ReaderAt, size int64, runtime string) (map[string][]byte, error) {
-	zr, err := zip.NewReader(f, size)
-	if err != nil {
-		return nil, err
-	}
-	files := map[string][]byte{}
-	for _, zf := range zr.File {
-		n := strings.TrimPrefix(zf.Name, "./")
-		if n != deps.Requirements && n != deps.PackageJSON && n != deps.PackageLock {
-			continue
-		}
-		if zf.UncompressedSize64 > 4<<20 {
-			return nil, fmt.Errorf("%s is larger than 4 MiB", n)
-		}
-		rc, err := zf.Open()
-		if err != nil {
-			return nil, err
-		}
-		b, err := io.ReadAll(io.LimitReader(rc, 4<<20))
-		rc.Close()
-		if err != nil {
-			return nil, err
-		}
-		files[n] = b
-	}
-	return deps.Detect(runtime, files), nil
 }

@@ -210,7 +210,7 @@ func (p *Platform) buildImage(ctx context.Context, ns string, fn apiv1.Function,
 	}
 	src := oci.Source{RuntimeImage: want.RuntimeRef, Zip: f, ZipSize: st.Size(), ZipSHA256: want.CodeSHA256,
 		Handler: fn.Entrypoint, Function: fn.Name, Namespace: ns, Runtime: fn.Runtime}
-	manifests, err := manifestsOf(f, st.Size(), fn.Runtime)
+	manifests, err := deps.ManifestsInZip(f, st.Size(), fn.Runtime)
 	if err != nil {
 		return "", nil, fmt.Errorf("reading dependency manifests: %w", err)
 	}

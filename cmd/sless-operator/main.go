@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,6 +28,7 @@ import (
 	"github.com/sless-dev/sless/api/auth"
 	"github.com/sless-dev/sless/api/codestore"
 	"github.com/sless-dev/sless/api/kubestore"
+	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/oci"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/controllers"
@@ -69,6 +72,9 @@ func run(ctx context.Context, args []string) error {
 	operatorNS := fs.String("operator-namespace", "sless-system", "namespace the operator (and the /fn/ proxy) runs in")
 	pullSecret := fs.String("pull-secret-file", "", ".dockerconfigjson copied into every tenant namespace as sless-registry")
 	builds := fs.Int("max-builds", 2, "concurrent in-process builds")
+	operatorImage := fs.String("operator-image", "", "this operator's image (by digest): deps Jobs run its `sless deps push`; empty refuses functions with dependencies")
+	pipIndex := fs.String("pip-index-url", "", "package index for pip installs in deps Jobs (default: the runtime's)")
+	npmRegistry := fs.String("npm-registry", "", "npm registry for npm installs in deps Jobs (default: the runtime's)")
 	rts := runtimeFlags{}
 	fs.Var(rts, "runtime", "NAME=IMAGE@sha256:… (repeatable): runtime images by digest")
 	if err := fs.Parse(args); err != nil {
@@ -141,8 +147,17 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var depsCfg *controllers.DepsConfig
+	if *operatorImage != "" {
+		store, err := deps.NewRegistryStore(*registry+"/sless/deps", remote.WithAuthFromKeychain(authn.DefaultKeychain))
+		if err != nil {
+			return err
+		}
+		depsCfg = &controllers.DepsConfig{Store: store, Repo: *registry + "/sless/deps", OperatorImage: *operatorImage,
+			PipIndexURL: *pipIndex, NPMRegistry: *npmRegistry, Insecure: *insecure}
+	}
 	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: scheme, Builder: builder, Code: code, Runtimes: rts,
-		Registry: *registry, PublicURL: *publicURL, Builds: make(chan struct{}, *builds), BuildTimeout: 5 * time.Minute,
+		Registry: *registry, PublicURL: *publicURL, Builds: make(chan struct{}, *builds), BuildTimeout: 5 * time.Minute, Deps: depsCfg,
 		Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/layers"
 	"github.com/sless-dev/sless/oci"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
@@ -54,6 +56,8 @@ type FunctionReconciler struct {
 	// Builds bounds concurrent builds; BuildTimeout bounds one.
 	Builds       chan struct{}
 	BuildTimeout time.Duration
+	// Deps installs dependencies on a cache miss; nil refuses functions that declare any.
+	Deps *DepsConfig
 	// Recorder, when set, records build outcomes as Events on the Function, so
 	// `kubectl describe function` shows why a build failed without reading operator logs.
 	Recorder record.EventRecorder
@@ -71,6 +75,9 @@ func (r *FunctionReconciler) event(fn *slessv1.Function, typ, reason, format str
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // Reconcile moves a Function toward running its current code.
 func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -98,9 +105,9 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		if fn.Status.Phase == slessv1.PhaseFailed && fn.Annotations[annotationFailedFor] == buildKey(&fn, r.Runtimes) {
 			return ctrl.Result{}, nil // this build failed already; a new upload or spec retries
 		}
-		image, err := r.build(ctx, &fn, before)
-		if err != nil {
-			return ctrl.Result{}, err
+		image, wait, err := r.build(ctx, &fn, before)
+		if err != nil || wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, err
 		}
 		logger.Info("built", "image", image)
 	}
@@ -168,61 +175,97 @@ func (r *FunctionReconciler) writeStatus(ctx context.Context, fn *slessv1.Functi
 	return r.Status().Update(ctx, fn)
 }
 
-// build makes and pushes the image; user errors become Failed and a terminal error (no hot loop).
-func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, before *slessv1.FunctionStatus) (string, error) {
+// depsPoll is how often a build waiting on a deps Job looks again (the Job's status changes
+// also wake it: the Job is owned).
+const depsPoll = 10 * time.Second
+
+// build makes and pushes the image, or reports how long to wait for its deps Job. User errors
+// become Failed and a terminal error (no hot loop).
+func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, before *slessv1.FunctionStatus) (string, time.Duration, error) {
 	select {
 	case r.Builds <- struct{}{}:
 		defer func() { <-r.Builds }()
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return "", 0, ctx.Err()
 	}
-	fn.MarkBuilding()
-	if err := r.writeStatus(ctx, fn, before); err != nil {
-		return "", err
-	}
-	*before = *fn.Status.DeepCopy()
 	bctx, cancel := context.WithTimeout(ctx, r.BuildTimeout)
 	defer cancel()
-	start := time.Now()
-	image, err := r.buildImage(bctx, fn)
 	key := buildKey(fn, r.Runtimes)
-	if err != nil {
-		user := errors.Is(err, oci.ErrInvalidSource) || errors.Is(err, api.ErrNotFound) || isLayerError(err)
-		fn.MarkFailed("BuildFailed", "build failed: "+err.Error())
-		r.event(fn, corev1.EventTypeWarning, "BuildFailed", "build failed: %v", err)
+	fail := func(err error) (string, time.Duration, error) {
+		var ie *deps.InstallError
+		reason, what := "BuildFailed", "build failed: "
+		if errors.As(err, &ie) || errors.Is(err, deps.ErrInvalidSpec) {
+			reason, what = "DependenciesFailed", ""
+		}
+		user := reason == "DependenciesFailed" || errors.Is(err, oci.ErrInvalidSource) || errors.Is(err, api.ErrNotFound) || isLayerError(err)
+		fn.MarkFailed(reason, what+err.Error())
+		r.event(fn, corev1.EventTypeWarning, reason, "%s%v", what, err)
 		if werr := r.writeStatus(ctx, fn, before); werr != nil {
-			return "", werr
+			return "", 0, werr
 		}
-		if user {
-			if fn.Annotations == nil {
-				fn.Annotations = map[string]string{}
-			}
-			fn.Annotations[annotationFailedFor] = key
-			if uerr := r.Update(ctx, fn); uerr != nil {
-				return "", uerr
-			}
-			return "", reconcile.TerminalError(err)
+		if !user {
+			return "", 0, err
 		}
-		return "", err
+		if fn.Annotations == nil {
+			fn.Annotations = map[string]string{}
+		}
+		fn.Annotations[annotationFailedFor] = key
+		if uerr := r.Update(ctx, fn); uerr != nil {
+			return "", 0, uerr
+		}
+		return "", 0, reconcile.TerminalError(err)
+	}
+
+	code, size, err := r.fetchCode(bctx, fn)
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { code.Close(); os.Remove(code.Name()) }()
+	d, err := r.dependencies(bctx, fn, code, size)
+	if err != nil {
+		return fail(err)
+	}
+	if d != nil && d.layer == nil {
+		fn.MarkInstallingDependencies(d.job)
+		return "", depsPoll, r.writeStatus(ctx, fn, before)
+	}
+
+	fn.MarkBuilding()
+	if err := r.writeStatus(ctx, fn, before); err != nil {
+		return "", 0, err
+	}
+	*before = *fn.Status.DeepCopy()
+	start := time.Now()
+	image, err := r.buildImage(bctx, fn, code, size, d)
+	if err != nil {
+		return fail(err)
 	}
 	now := metav1.Now()
 	fn.MarkBuilt(image)
 	fn.Status.LastBuiltAt = &now
 	fn.Status.Build = &slessv1.BuildStatus{DurationMS: time.Since(start).Milliseconds()}
+	if d != nil {
+		fn.Status.Build.DepsKey, fn.Status.Build.DepsCached = d.key, d.cached
+	}
 	r.event(fn, corev1.EventTypeNormal, "Built", "built %s in %d ms", image, fn.Status.Build.DurationMS)
 	if err := r.Status().Update(ctx, fn); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	*before = *fn.Status.DeepCopy()
+	if d != nil && d.job != "" {
+		if err := r.deleteDepsJob(ctx, fn.Namespace, d.job); err != nil {
+			return "", 0, err
+		}
+	}
 	if fn.Annotations == nil {
 		fn.Annotations = map[string]string{}
 	}
 	fn.Annotations[annotationBuiltFor] = key
 	delete(fn.Annotations, annotationFailedFor)
 	if err := r.Update(ctx, fn); err != nil {
-		return "", err
+		return "", 0, err
 	}
-	return image, nil
+	return image, 0, nil
 }
 
 func isLayerError(err error) bool {
@@ -230,27 +273,38 @@ func isLayerError(err error) bool {
 	return errors.As(err, &ee) || errors.Is(err, layers.ErrInvalidArchive) || errors.Is(err, layers.ErrTooLarge) || errors.Is(err, layers.ErrCompressionRatio)
 }
 
-func (r *FunctionReconciler) buildImage(ctx context.Context, fn *slessv1.Function) (string, error) {
-	runtimeRef, ok := r.Runtimes[fn.Spec.Runtime]
-	if !ok {
-		return "", fmt.Errorf("%w: runtime %q is not installed", oci.ErrInvalidSource, fn.Spec.Runtime)
-	}
+// fetchCode copies the uploaded zip into a temp file (the builder and the manifest reader need
+// random access); the caller removes it.
+func (r *FunctionReconciler) fetchCode(ctx context.Context, fn *slessv1.Function) (*os.File, int64, error) {
 	rc, err := r.Code.Get(ctx, api.CodeKey(fn.Namespace, fn.Name, fn.Spec.CodeSHA256))
 	if err != nil {
-		return "", fmt.Errorf("reading the uploaded code: %w", err)
+		return nil, 0, fmt.Errorf("reading the uploaded code: %w", err)
 	}
 	defer rc.Close()
 	tmp, err := os.CreateTemp("", "sless-code-*.zip")
 	if err != nil {
-		return "", err
+		return nil, 0, err
 	}
-	defer func() { tmp.Close(); os.Remove(tmp.Name()) }()
 	size, err := io.Copy(tmp, rc)
 	if err != nil {
-		return "", err
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return nil, 0, err
 	}
-	res, err := r.Builder.Build(ctx, oci.Source{RuntimeImage: runtimeRef, Zip: tmp, ZipSize: size, ZipSHA256: fn.Spec.CodeSHA256,
-		Handler: fn.Spec.Entrypoint, Function: fn.Name, Namespace: fn.Namespace, Runtime: fn.Spec.Runtime})
+	return tmp, size, nil
+}
+
+func (r *FunctionReconciler) buildImage(ctx context.Context, fn *slessv1.Function, code *os.File, size int64, d *depsOutcome) (string, error) {
+	runtimeRef, ok := r.Runtimes[fn.Spec.Runtime]
+	if !ok {
+		return "", fmt.Errorf("%w: runtime %q is not installed", oci.ErrInvalidSource, fn.Spec.Runtime)
+	}
+	src := oci.Source{RuntimeImage: runtimeRef, Zip: code, ZipSize: size, ZipSHA256: fn.Spec.CodeSHA256,
+		Handler: fn.Spec.Entrypoint, Function: fn.Name, Namespace: fn.Namespace, Runtime: fn.Spec.Runtime}
+	if d != nil {
+		src.Deps, src.DepsKey = d.layer, d.key
+	}
+	res, err := r.Builder.Build(ctx, src)
 	if err != nil {
 		return "", err
 	}
@@ -320,6 +374,7 @@ func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&slessv1.Function{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
+		Owns(&batchv1.Job{}). // deps Jobs
 		Watches(&slessv1.Trigger{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 			t := obj.(*slessv1.Trigger)
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: t.Namespace, Name: t.Spec.FunctionRef}}}

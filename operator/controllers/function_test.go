@@ -1,7 +1,6 @@
 package controllers_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -24,14 +23,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/sless-dev/sless/api"
-	"github.com/sless-dev/sless/api/codestore"
-	"github.com/sless-dev/sless/internal/kubetest"
 	"github.com/sless-dev/sless/internal/testenv"
 	"github.com/sless-dev/sless/layers"
-	"github.com/sless-dev/sless/oci"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/controllers"
 )
@@ -73,48 +68,14 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // store. envtest runs no kubelet and no controller-manager: the test marks Deployments available
 // itself, and nothing garbage-collects owned objects.
 func TestFunctionReconciler(t *testing.T) {
-	env := kubetest.Start(t)
-	reg := testenv.Registry(t)
-	codeDir := t.TempDir()
-	code, _ := codestore.NewDir(codeDir)
-	b, _ := oci.NewBuilder()
-	r := &controllers.FunctionReconciler{Client: nil, Builder: b, Code: code, Registry: reg, PublicURL: "http://api.test",
-		Runtimes: map[string]string{"python3.11": runtimeImage(t, reg)}, Builds: make(chan struct{}, 2), BuildTimeout: time.Minute}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Client, r.Scheme, r.Recorder = mgr.GetClient(), mgr.GetScheme(), mgr.GetEventRecorderFor("sless-operator")
-	if err := r.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go mgr.Start(ctx)
-
-	c := env.Client
 	ns := "sless-0123456789abcdef"
-	c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	upload := func(fn string, files map[string]string) string {
-		z, sum := zipBytes(files)
-		if err := code.Put(ctx, api.CodeKey(ns, fn, sum), bytes.NewReader(z), int64(len(z))); err != nil {
-			t.Fatal(err)
-		}
-		return sum
-	}
+	e := newFnEnv(t, ns)
+	r, _ := e.start(nil)
+	ctx := context.Background()
+	c, code, codeDir, reg, upload := e.c, e.code, e.codeDir, e.reg, e.upload
 	key := client.ObjectKey{Namespace: ns, Name: "hello"}
-	getFn := func() *slessv1.Function {
-		var f slessv1.Function
-		c.Get(ctx, key, &f)
-		return &f
-	}
-	getDep := func() *appsv1.Deployment {
-		var d appsv1.Deployment
-		if err := c.Get(ctx, key, &d); err != nil {
-			return nil
-		}
-		return &d
-	}
+	getFn := func() *slessv1.Function { return e.fn("hello") }
+	getDep := func() *appsv1.Deployment { return e.deployment("hello") }
 	markAvailable := func() {
 		d := getDep()
 		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}

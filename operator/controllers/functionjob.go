@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -101,7 +100,7 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if !done {
 			return ctrl.Result{}, nil // the Job's status change brings us back (Owns)
 		}
-		msg, err := r.terminationMessage(ctx, &job)
+		msg, err := podTerminationMessage(ctx, r.Client, &job)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -137,25 +136,6 @@ func finished(job *batchv1.Job) (done, ok bool) {
 		}
 	}
 	return false, false
-}
-
-// terminationMessage is what job mode wrote to /dev/termination-log (the result, or the error).
-func (r *FunctionJobReconciler) terminationMessage(ctx context.Context, job *batchv1.Job) (string, error) {
-	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{"job-name": job.Name}); err != nil {
-		return "", err
-	}
-	for _, p := range pods.Items {
-		for _, cs := range p.Status.ContainerStatuses {
-			if t := cs.State.Terminated; t != nil {
-				if msg := strings.TrimSpace(t.Message); msg != "" {
-					return msg, nil
-				}
-				return t.Reason, nil
-			}
-		}
-	}
-	return "", nil
 }
 
 // SetupWithManager watches FunctionJobs and their Jobs.

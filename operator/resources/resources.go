@@ -207,7 +207,13 @@ type DepsJob struct {
 	OperatorImage   string
 	PushTo          string // registry/sless/deps:<key>
 	DepsDir         string // /app/deps or /app/node_modules
+	// Insecure pushes over plain HTTP (a test cluster's registry).
+	Insecure bool
 }
+
+// dockerConfigDir is where a deps Job's push container finds the registry credentials: the
+// namespace's pull secret, which holds them for the same registry.
+const dockerConfigDir = "/etc/sless/docker"
 
 // MakeDepsJob is the Job of a dependency install (role=deps: the NetworkPolicy lets these pods
 // reach the package index and the registry).
@@ -220,6 +226,10 @@ func MakeDepsJob(d DepsJob) (*batchv1.Job, *corev1.ConfigMap) {
 		k, v, _ := strings.Cut(kv, "=")
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
 	}
+	push := []string{"sless", "deps", "push", "--dir", "/out", "--to", d.PushTo, "--prefix", d.DepsDir}
+	if d.Insecure {
+		push = append(push, "--insecure")
+	}
 	out := corev1.VolumeMount{Name: "out", MountPath: "/out"}
 	pod := corev1.PodSpec{
 		RestartPolicy: corev1.RestartPolicyNever,
@@ -227,12 +237,18 @@ func MakeDepsJob(d DepsJob) (*batchv1.Job, *corev1.ConfigMap) {
 			{Name: "in", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: d.Name}}}},
 			{Name: "out", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "registry-auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: PullSecret,
+				Items: []corev1.KeyToPath{{Key: corev1.DockerConfigJsonKey, Path: "config.json"}}}}},
 		},
+		// The installer's last log lines become its termination message: the Function's status
+		// shows why an install failed without anyone reading pod logs.
 		InitContainers: []corev1.Container{{Name: "install", Image: d.RuntimeImage, Command: d.Argv, Env: env, WorkingDir: "/work",
-			VolumeMounts: []corev1.VolumeMount{{Name: "in", MountPath: "/in", ReadOnly: true}, out, {Name: "work", MountPath: "/work"}}}},
-		Containers: []corev1.Container{{Name: "push", Image: d.OperatorImage,
-			Command:      []string{"sless", "deps", "push", "--dir", "/out", "--to", d.PushTo, "--prefix", d.DepsDir},
-			VolumeMounts: []corev1.VolumeMount{out}}},
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			VolumeMounts:             []corev1.VolumeMount{{Name: "in", MountPath: "/in", ReadOnly: true}, out, {Name: "work", MountPath: "/work"}}}},
+		Containers: []corev1.Container{{Name: "push", Image: d.OperatorImage, Command: push,
+			Env:                      []corev1.EnvVar{{Name: "DOCKER_CONFIG", Value: dockerConfigDir}},
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			VolumeMounts:             []corev1.VolumeMount{out, {Name: "registry-auth", MountPath: dockerConfigDir, ReadOnly: true}}}},
 	}
 	restrictedPod(&pod)
 	job := &batchv1.Job{

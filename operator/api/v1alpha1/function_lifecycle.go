@@ -32,6 +32,14 @@ func (f *Function) MarkBuilding() {
 	f.Status.set(FunctionReady, metav1.ConditionFalse, "Building", "waiting for the image", f.Generation)
 }
 
+// MarkInstallingDependencies: the build waits for the deps Job that fills the cache.
+func (f *Function) MarkInstallingDependencies(job string) {
+	msg := "installing dependencies: Job " + job
+	f.Status.Phase, f.Status.Message = PhaseBuilding, msg
+	f.Status.set(FunctionBuilt, metav1.ConditionFalse, "InstallingDependencies", msg, f.Generation)
+	f.Status.set(FunctionReady, metav1.ConditionFalse, "Building", "waiting for the image", f.Generation)
+}
+
 // MarkBuilt: the image for the current code exists.
 func (f *Function) MarkBuilt(image string) {
 	f.Status.Image, f.Status.BuiltCodeSHA256 = image, f.Spec.CodeSHA256
@@ -44,11 +52,11 @@ func (f *Function) MarkReady() {
 	f.Status.set(FunctionReady, metav1.ConditionTrue, "Ready", "serving", f.Generation)
 }
 
-// MarkFailed: reason is a CamelCase cause (BuildFailed, StartFailed), msg the details.
+// MarkFailed: reason is a CamelCase cause (BuildFailed, DependenciesFailed, StartFailed), msg the details.
 func (f *Function) MarkFailed(reason, msg string) {
 	f.Status.Phase, f.Status.Message = PhaseFailed, msg
 	f.Status.set(FunctionReady, metav1.ConditionFalse, reason, msg, f.Generation)
-	if reason == "BuildFailed" {
+	if reason == "BuildFailed" || reason == "DependenciesFailed" {
 		f.Status.set(FunctionBuilt, metav1.ConditionFalse, reason, msg, f.Generation)
 	}
 }

@@ -1,0 +1,188 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/sless-dev/sless/deps"
+	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
+	"github.com/sless-dev/sless/operator/resources"
+	"github.com/sless-dev/sless/runtimes"
+)
+
+// DepsConfig is how the Function reconciler gets a dependency layer it does not have cached: a
+// Job in the function's namespace runs the installer in the runtime image, then `sless deps push`
+// in the operator image layers the result and pushes it to the cache, and the build waits
+// (requeued) until the layer is there.
+type DepsConfig struct {
+	// Store is the cache the builds read (<registry>/sless/deps).
+	Store deps.Store
+	// Repo is where the Jobs push, as pods reach it: <registry>/sless/deps.
+	Repo string
+	// OperatorImage holds the `sless` binary the Job's push step runs.
+	OperatorImage string
+	// PipIndexURL and NPMRegistry are the package indexes installs use ("" for the defaults).
+	PipIndexURL, NPMRegistry string
+	// Insecure lets the Job push over plain HTTP.
+	Insecure bool
+}
+
+// depsOutcome is the dependency layer for a build, or the Job it waits for.
+type depsOutcome struct {
+	layer  v1.Layer
+	key    string
+	cached bool   // no Job had to run for this build
+	job    string // the deps Job of this build (running, or done and to be cleaned up)
+}
+
+// errDepsNotConfigured is a function with manifests on an operator started without a deps cache.
+var errDepsNotConfigured = fmt.Errorf("%w: this platform has no dependency cache configured (sless-operator --operator-image)", deps.ErrInvalidSpec)
+
+// depsJobName is unique per function and key, so a changed lockfile never waits on an old Job.
+func depsJobName(fn, key string) string {
+	return fn[:min(len(fn), 63-len("-deps-")-12)] + "-deps-" + key[:12]
+}
+
+// dependencies returns nil when the code has no manifests, the cached layer when there is one,
+// and otherwise makes sure a deps Job runs and reports it as pending (layer nil, job set).
+func (r *FunctionReconciler) dependencies(ctx context.Context, fn *slessv1.Function, zip *os.File, size int64) (*depsOutcome, error) {
+	manifests, err := deps.ManifestsInZip(zip, size, fn.Spec.Runtime)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading dependency manifests: %v", deps.ErrInvalidSpec, err)
+	}
+	if manifests == nil {
+		return nil, nil
+	}
+	if r.Deps == nil {
+		return nil, errDepsNotConfigured
+	}
+	rt, ok := runtimes.Lookup(fn.Spec.Runtime)
+	if !ok {
+		return nil, fmt.Errorf("%w: runtime %q has no dependency installer", deps.ErrInvalidSpec, fn.Spec.Runtime)
+	}
+	spec := deps.Spec{Runtime: fn.Spec.Runtime, RuntimeImage: r.Runtimes[fn.Spec.Runtime], Files: manifests, Namespace: fn.Namespace, IndexURL: r.Deps.PipIndexURL}
+	if fn.Spec.Runtime == "nodejs20" {
+		spec.IndexURL = r.Deps.NPMRegistry
+	}
+	in, err := spec.Installer()
+	if err != nil {
+		return nil, err
+	}
+	key, err := deps.Key(spec)
+	if err != nil {
+		return nil, err
+	}
+	out := &depsOutcome{key: key}
+	var job batchv1.Job
+	jobKey := client.ObjectKey{Namespace: fn.Namespace, Name: depsJobName(fn.Name, key)}
+	switch err := r.Get(ctx, jobKey, &job); {
+	case err == nil:
+		out.job = job.Name
+	case !apierrors.IsNotFound(err):
+		return nil, err
+	}
+	l, err := r.Deps.Store.Get(ctx, key)
+	if err == nil {
+		out.layer, out.cached = l, out.job == ""
+		return out, nil
+	}
+	if !errors.Is(err, deps.ErrNotFound) {
+		return nil, fmt.Errorf("reading the deps cache: %w", err)
+	}
+	if out.job != "" {
+		done, ok := finished(&job)
+		if !done {
+			return out, nil
+		}
+		msg, err := podTerminationMessage(ctx, r.Client, &job)
+		if err != nil {
+			return nil, err
+		}
+		if msg == "" {
+			msg = jobConditionMessage(&job)
+		}
+		// Gone, so that a retry (a new upload or spec) runs the install again.
+		if err := r.deleteDepsJob(ctx, fn.Namespace, job.Name); err != nil {
+			return nil, err
+		}
+		if ok {
+			msg = fmt.Sprintf("deps Job %s completed but %s:%s is not in the registry; %s", job.Name, r.Deps.Repo, key, msg)
+		}
+		return nil, &deps.InstallError{Output: strings.TrimSpace(msg)}
+	}
+	files := map[string]string{}
+	for n, b := range manifests {
+		files[n] = string(b)
+	}
+	j, cm := resources.MakeDepsJob(resources.DepsJob{Namespace: fn.Namespace, Name: jobKey.Name, Function: fn.Name,
+		RuntimeImage: spec.RuntimeImage, Argv: in.Argv, Env: in.Env, Manifests: files, OperatorImage: r.Deps.OperatorImage,
+		PushTo: r.Deps.Repo + ":" + key, DepsDir: rt.DepsDir, Insecure: r.Deps.Insecure})
+	for _, obj := range []client.Object{cm, j} {
+		if err := controllerutil.SetControllerReference(fn, obj, r.Scheme); err != nil {
+			return nil, err
+		}
+		if err := r.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating deps %T: %w", obj, err)
+		}
+	}
+	r.event(fn, corev1.EventTypeNormal, "InstallingDependencies", "dependency cache miss (key %s): Job %s installs them", key[:12], j.Name)
+	out.job = j.Name
+	return out, nil
+}
+
+// deleteDepsJob removes a finished deps Job and its manifests (pods go with the Job).
+func (r *FunctionReconciler) deleteDepsJob(ctx context.Context, ns, name string) error {
+	bg := client.PropagationPolicy("Background")
+	if err := r.Delete(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, bg); client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	return client.IgnoreNotFound(r.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
+}
+
+func jobConditionMessage(job *batchv1.Job) string {
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			return c.Reason + ": " + c.Message
+		}
+	}
+	return ""
+}
+
+// podTerminationMessage is what a Job's pod said as it ended: the termination message (or, without
+// one, the reason) of the first container that failed, init containers first; else of the last
+// that terminated. Job mode writes its result there; a deps install its last log lines.
+func podTerminationMessage(ctx context.Context, c client.Reader, job *batchv1.Job) (string, error) {
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{"job-name": job.Name}); err != nil {
+		return "", err
+	}
+	last := ""
+	for _, p := range pods.Items {
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			t := cs.State.Terminated
+			if t == nil {
+				continue
+			}
+			msg := strings.TrimSpace(t.Message)
+			if msg == "" {
+				msg = t.Reason
+			}
+			if t.ExitCode != 0 {
+				return msg, nil
+			}
+			last = msg
+		}
+	}
+	return last, nil
+}

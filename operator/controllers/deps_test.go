@@ -1,0 +1,177 @@
+package controllers_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sless-dev/sless/deps"
+	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
+	"github.com/sless-dev/sless/operator/controllers"
+)
+
+// A dependency cache miss starts a deps Job (its spec is checked here), the build waits for it
+// and then uses the layer the Job pushed; the same requirements again start no Job; a failed
+// install fails the function with the installer's own words. envtest has no kubelet: the test
+// does what the Job's pod would (pushes the layer with the code `sless deps push` runs) and marks
+// the Job finished.
+func TestDependenciesJob(t *testing.T) {
+	e := newFnEnv(t, "sless-00000000000000de")
+	ctx := context.Background()
+	const index = "http://10.88.0.1:3141/simple"
+	store, err := deps.NewRegistryStore(e.reg + "/sless/deps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start(func(r *controllers.FunctionReconciler) {
+		r.Deps = &controllers.DepsConfig{Store: store, Repo: e.reg + "/sless/deps", OperatorImage: e.runtime, PipIndexURL: index, Insecure: true}
+	})
+	requirements := "six==1.16.0\n"
+	key, err := deps.Key(deps.Spec{Runtime: "python3.11", RuntimeImage: e.runtime, Namespace: e.ns, IndexURL: index,
+		Files: map[string][]byte{"requirements.txt": []byte(requirements)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	depsJobs := func(fn string) []batchv1.Job {
+		var l batchv1.JobList
+		e.c.List(ctx, &l, client.InNamespace(e.ns), client.MatchingLabels{"sless.dev/function": fn, "sless.dev/role": "deps"})
+		return l.Items
+	}
+
+	e.create("app", e.upload("app", map[string]string{"handler.py": "import six\ndef handle(e):\n    return six.PY3\n", "requirements.txt": requirements}))
+	var job batchv1.Job
+	t.Run("a cache miss starts a deps Job and the build waits", func(t *testing.T) {
+		eventually(t, "the deps Job", func() bool { return len(depsJobs("app")) == 1 })
+		job = depsJobs("app")[0]
+		if job.Name != "app-deps-"+key[:12] {
+			t.Errorf("job name %s, key %s", job.Name, key)
+		}
+		eventually(t, "Building with the Job's name", func() bool {
+			f := e.fn("app")
+			return f.Status.Phase == slessv1.PhaseBuilding && strings.Contains(f.Status.Message, job.Name)
+		})
+		if c := meta.FindStatusCondition(e.fn("app").Status.Conditions, slessv1.FunctionBuilt); c == nil || c.Reason != "InstallingDependencies" {
+			t.Errorf("Built condition %+v", c)
+		}
+		if len(job.OwnerReferences) != 1 || job.OwnerReferences[0].Kind != "Function" || job.OwnerReferences[0].Name != "app" {
+			t.Errorf("owner %+v", job.OwnerReferences)
+		}
+		pod := job.Spec.Template.Spec
+		install, push := pod.InitContainers[0], pod.Containers[0]
+		if install.Image != e.runtime || !slices.Contains(install.Command, "pip") || !slices.Contains(install.Command, index) ||
+			!slices.Contains(install.Command, "/in/requirements.txt") || install.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+			t.Errorf("install container %+v", install)
+		}
+		wantPush := []string{"sless", "deps", "push", "--dir", "/out", "--to", e.reg + "/sless/deps:" + key, "--prefix", "/app/deps", "--insecure"}
+		if !slices.Equal(push.Command, wantPush) || push.Image != e.runtime {
+			t.Errorf("push container %s %v, want %v", push.Image, push.Command, wantPush)
+		}
+		if pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
+			t.Errorf("deps pod not restricted: %+v", pod.SecurityContext)
+		}
+		var cm corev1.ConfigMap
+		if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: job.Name}, &cm); err != nil || cm.Data["requirements.txt"] != requirements {
+			t.Errorf("manifests configmap %v %v", cm.Data, err)
+		}
+		if e.deployment("app") != nil {
+			t.Error("deployed before its dependencies were installed")
+		}
+	})
+	var depsDigest string
+	t.Run("the Job done, the build uses its layer", func(t *testing.T) {
+		dir := t.TempDir()
+		os.MkdirAll(filepath.Join(dir, "six-1.16.0.dist-info"), 0o755)
+		os.WriteFile(filepath.Join(dir, "six.py"), []byte("PY3 = True\n"), 0o644)
+		l, err := deps.LayerFromDir(dir, "/app/deps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Put(ctx, key, l); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := l.Digest()
+		depsDigest = d.String()
+		e.finishJob(&job, false, "push", 0, "")
+		eventually(t, "the deployment", func() bool { return e.deployment("app") != nil })
+		f := e.fn("app")
+		if f.Status.Build == nil || f.Status.Build.DepsKey != key || f.Status.Build.DepsCached {
+			t.Errorf("build status %+v", f.Status.Build)
+		}
+		if !imageHasLayer(t, f.Status.Image, depsDigest) {
+			t.Errorf("image %s lacks the deps layer %s", f.Status.Image, depsDigest)
+		}
+		eventually(t, "the finished Job and its manifests removed", func() bool {
+			err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: job.Name}, &corev1.ConfigMap{})
+			return len(depsJobs("app")) == 0 && apierrors.IsNotFound(err)
+		})
+	})
+	t.Run("the same requirements again: no Job, the cached layer", func(t *testing.T) {
+		e.create("app2", e.upload("app2", map[string]string{"handler.py": "def handle(e):\n    return 2\n", "requirements.txt": requirements}))
+		eventually(t, "the deployment", func() bool { return e.deployment("app2") != nil })
+		f := e.fn("app2")
+		if f.Status.Build == nil || f.Status.Build.DepsKey != key || !f.Status.Build.DepsCached || !imageHasLayer(t, f.Status.Image, depsDigest) {
+			t.Errorf("build status %+v image %s", f.Status.Build, f.Status.Image)
+		}
+		if j := depsJobs("app2"); len(j) != 0 {
+			t.Errorf("a Job ran for a cached key: %v", j[0].Name)
+		}
+	})
+	t.Run("a failed install fails the function with the installer's output", func(t *testing.T) {
+		e.create("bad", e.upload("bad", map[string]string{"handler.py": "def handle(e):\n    return 0\n", "requirements.txt": "nosuchpkg==9.9\n"}))
+		eventually(t, "the deps Job", func() bool { return len(depsJobs("bad")) == 1 })
+		j := depsJobs("bad")[0]
+		e.finishJob(&j, true, "install", 1, "ERROR: No matching distribution found for nosuchpkg==9.9")
+		eventually(t, "Failed", func() bool { return e.fn("bad").Status.Phase == slessv1.PhaseFailed })
+		f := e.fn("bad")
+		if c := meta.FindStatusCondition(f.Status.Conditions, slessv1.FunctionReady); c == nil || c.Reason != "DependenciesFailed" ||
+			!strings.Contains(f.Status.Message, "No matching distribution found for nosuchpkg") {
+			t.Errorf("status %q %+v", f.Status.Message, c)
+		}
+		eventually(t, "the failed Job removed (a retry runs it again)", func() bool { return len(depsJobs("bad")) == 0 })
+		rv := e.fn("bad").ResourceVersion
+		time.Sleep(time.Second)
+		if got := e.fn("bad").ResourceVersion; got != rv || len(depsJobs("bad")) != 0 {
+			t.Errorf("the failed function is retried in a loop (%s → %s, %d jobs)", rv, got, len(depsJobs("bad")))
+		}
+	})
+	t.Run("dependencies on an operator without a deps cache: a clear error", func(t *testing.T) {
+		e2 := newFnEnv(t, "sless-00000000000000df")
+		e2.start(nil)
+		e2.create("app", e2.upload("app", map[string]string{"handler.py": "x = 1\n", "requirements.txt": requirements}))
+		eventually(t, "Failed", func() bool { return e2.fn("app").Status.Phase == slessv1.PhaseFailed })
+		if msg := e2.fn("app").Status.Message; !strings.Contains(msg, "no dependency cache") {
+			t.Errorf("message %q", msg)
+		}
+	})
+}
+
+func imageHasLayer(t *testing.T, image, digest string) bool {
+	t.Helper()
+	ref, err := name.NewDigest(image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := img.Layers()
+	for _, l := range ls {
+		if d, _ := l.Digest(); d.String() == digest {
+			return true
+		}
+	}
+	return false
+}
