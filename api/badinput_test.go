@@ -54,7 +54,7 @@ func (e *env) assertNothingWritten(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	for _, ns := range []string{e.ns, apiv1.NamespaceFor("mallory")} {
-		if fs, _ := e.stores.Functions.List(ctx, ns); len(fs) > 0 {
+		if fs, _ := e.be.Functions.List(ctx, ns); len(fs) > 0 {
 			t.Errorf("functions were written in %s: %v", ns, fs)
 		}
 	}
@@ -68,7 +68,9 @@ func (e *env) assertNoCode(t *testing.T) {
 	}
 }
 
-func TestTokensRefused(t *testing.T) {
+func TestTokensRefused(t *testing.T) { eachBackend(t, testTokensRefused) }
+
+func testTokensRefused(t *testing.T, backend string) {
 	rsaKey, _ := rsa.GenerateKey(rand.Reader, 2048)
 	otherKey, _ := rsa.GenerateKey(rand.Reader, 2048)
 	pubDER, _ := x509.MarshalPKIXPublicKey(&rsaKey.PublicKey)
@@ -79,9 +81,9 @@ func TestTokensRefused(t *testing.T) {
 	}
 	codeDir := t.TempDir()
 	code, _ := codestore.NewDir(codeDir)
-	e := newEnvWith(t, code, codeDir, v)
+	e := newEnvWith(t, backend, code, codeDir, v)
 	std := map[string]any{"iss": "https://issuer.test", "aud": "sless"}
-	good := sign(t, jwt.SigningMethodRS256, rsaKey, claims("alice@example.com", std), "")
+	good := sign(t, jwt.SigningMethodRS256, rsaKey, claims(e.subject, std), "")
 	body, _ := json.Marshal(apiv1.Function{Name: "f", Runtime: "python3.11"})
 
 	with := func(extra map[string]any) map[string]any {
@@ -94,7 +96,7 @@ func TestTokensRefused(t *testing.T) {
 		}
 		return m
 	}
-	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, claims("alice@example.com", std)).SignedString(jwt.UnsafeAllowNoneSignatureType)
+	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, claims(e.subject, std)).SignedString(jwt.UnsafeAllowNoneSignatureType)
 	// Edited payload: a valid token whose payload now names someone else, old signature kept.
 	parts := strings.Split(good, ".")
 	forged, _ := json.Marshal(claims("mallory", std))
@@ -103,14 +105,14 @@ func TestTokensRefused(t *testing.T) {
 	for _, tc := range []struct{ name, token string }{
 		{"no token", ""},
 		{"alg none", none},
-		{"HS256 with the RSA public key as secret", sign(t, jwt.SigningMethodHS256, pubPEM, claims("alice@example.com", std), "")},
-		{"wrong key", sign(t, jwt.SigningMethodRS256, otherKey, claims("alice@example.com", std), "")},
+		{"HS256 with the RSA public key as secret", sign(t, jwt.SigningMethodHS256, pubPEM, claims(e.subject, std), "")},
+		{"wrong key", sign(t, jwt.SigningMethodRS256, otherKey, claims(e.subject, std), "")},
 		{"edited payload", edited},
-		{"expired", sign(t, jwt.SigningMethodRS256, rsaKey, claims("alice@example.com", with(map[string]any{"exp": time.Now().Add(-2 * time.Minute).Unix()})), "")},
-		{"nbf in the future", sign(t, jwt.SigningMethodRS256, rsaKey, claims("alice@example.com", with(map[string]any{"nbf": time.Now().Add(10 * time.Minute).Unix()})), "")},
-		{"no exp", sign(t, jwt.SigningMethodRS256, rsaKey, claims("alice@example.com", with(map[string]any{"exp": nil})), "")},
-		{"wrong iss", sign(t, jwt.SigningMethodRS256, rsaKey, claims("alice@example.com", with(map[string]any{"iss": "https://evil.test"})), "")},
-		{"wrong aud", sign(t, jwt.SigningMethodRS256, rsaKey, claims("alice@example.com", with(map[string]any{"aud": "other"})), "")},
+		{"expired", sign(t, jwt.SigningMethodRS256, rsaKey, claims(e.subject, with(map[string]any{"exp": time.Now().Add(-2 * time.Minute).Unix()})), "")},
+		{"nbf in the future", sign(t, jwt.SigningMethodRS256, rsaKey, claims(e.subject, with(map[string]any{"nbf": time.Now().Add(10 * time.Minute).Unix()})), "")},
+		{"no exp", sign(t, jwt.SigningMethodRS256, rsaKey, claims(e.subject, with(map[string]any{"exp": nil})), "")},
+		{"wrong iss", sign(t, jwt.SigningMethodRS256, rsaKey, claims(e.subject, with(map[string]any{"iss": "https://evil.test"})), "")},
+		{"wrong aud", sign(t, jwt.SigningMethodRS256, rsaKey, claims(e.subject, with(map[string]any{"aud": "other"})), "")},
 		{"no sub", sign(t, jwt.SigningMethodRS256, rsaKey, claims("", std), "")},
 		{"1 MB bogus token", strings.Repeat("A", 1_000_000)},
 		{"not a JWT", "hello"},
@@ -143,7 +145,7 @@ func TestTokensRefused(t *testing.T) {
 				t.Errorf("%s %s: %d %s, want 404 not_found", p.method, p.path, code, ecode)
 			}
 		}
-		if ok, _ := e.stores.Namespaces.Exists(context.Background(), other); ok {
+		if ok, _ := e.be.Namespaces.Exists(context.Background(), other); ok {
 			t.Error("the other tenant's namespace was created")
 		}
 		e.assertNothingWritten(t)
@@ -180,8 +182,10 @@ func TestJWKS(t *testing.T) {
 	}
 }
 
-func TestInvalidSpecs(t *testing.T) {
-	e := newEnv(t)
+func TestInvalidSpecs(t *testing.T) { eachBackend(t, testInvalidSpecs) }
+
+func testInvalidSpecs(t *testing.T, backend string) {
+	e := newEnvOn(t, backend)
 	e.ensure()
 	e.function("target")
 	base := "/v1/namespaces/" + e.ns
@@ -221,13 +225,13 @@ func TestInvalidSpecs(t *testing.T) {
 		})
 	}
 	ctx := context.Background()
-	if fs, _ := e.stores.Functions.List(ctx, e.ns); len(fs) != 1 {
+	if fs, _ := e.be.Functions.List(ctx, e.ns); len(fs) != 1 {
 		t.Errorf("functions: %v", fs)
 	}
-	if ts, _ := e.stores.Triggers.List(ctx, e.ns); len(ts) != 0 {
+	if ts, _ := e.be.Triggers.List(ctx, e.ns); len(ts) != 0 {
 		t.Errorf("triggers: %v", ts)
 	}
-	if js, _ := e.stores.Jobs.List(ctx, e.ns); len(js) != 0 {
+	if js, _ := e.be.Jobs.List(ctx, e.ns); len(js) != 0 {
 		t.Errorf("jobs: %v", js)
 	}
 	// Fixed trigger fields cannot change through PATCH.
@@ -242,8 +246,10 @@ func TestInvalidSpecs(t *testing.T) {
 	}
 }
 
-func TestBadUploads(t *testing.T) {
-	e := newEnv(t, apiUploadLimit(64<<10))
+func TestBadUploads(t *testing.T) { eachBackend(t, testBadUploads) }
+
+func testBadUploads(t *testing.T, backend string) {
+	e := newEnvOn(t, backend, apiUploadLimit(64<<10))
 	e.ensure()
 	e.function("f")
 	zeros := strings.Repeat("0", 8<<20)

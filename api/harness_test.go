@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +24,10 @@ import (
 	"github.com/sless-dev/sless/api/auth"
 	"github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/api/codestore"
+	"github.com/sless-dev/sless/api/kubestore"
 	"github.com/sless-dev/sless/api/memstore"
+	"github.com/sless-dev/sless/internal/kubetest"
+	"github.com/sless-dev/sless/operator/resources"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef-test-secret")
@@ -53,7 +58,8 @@ type env struct {
 	t        *testing.T
 	url      string
 	srv      *api.Server
-	stores   *memstore.Stores
+	be       api.Backend
+	subject  string
 	codeDir  string
 	resolver *resolver
 	token    string
@@ -61,8 +67,36 @@ type env struct {
 	c        *client.Client
 }
 
+// The stores the API runs on: the single host's (memstore, as sless up keeps them) and the
+// Kubernetes backend's (kubestore on the sless CRDs, on a real kube-apiserver). Route tests run
+// on both through eachBackend, so the two backends answer every route the same way.
+const (
+	onMemstore  = "memstore"
+	onKubestore = "kubestore"
+)
+
+var sharedKube kubetest.Shared
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	sharedKube.Stop()
+	os.Exit(code)
+}
+
+// eachBackend runs test once per backend, as subtests named after it.
+func eachBackend(t *testing.T, test func(t *testing.T, backend string)) {
+	for _, b := range []string{onMemstore, onKubestore} {
+		t.Run(b, func(t *testing.T) { test(t, b) })
+	}
+}
+
+var tenants atomic.Int64
+
 // newEnv serves the API with in-memory stores, a real directory code store and an HS256 verifier.
-func newEnv(t *testing.T, opts ...api.Option) *env {
+func newEnv(t *testing.T, opts ...api.Option) *env { return newEnvOn(t, onMemstore, opts...) }
+
+// newEnvOn is newEnv on the given backend.
+func newEnvOn(t *testing.T, backend string, opts ...api.Option) *env {
 	t.Helper()
 	v, err := auth.New(auth.WithHS256Secret(testSecret))
 	if err != nil {
@@ -73,13 +107,27 @@ func newEnv(t *testing.T, opts ...api.Option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newEnvWith(t, code, codeDir, v, opts...)
+	return newEnvWith(t, backend, code, codeDir, v, opts...)
 }
 
-func newEnvWith(t *testing.T, code api.CodeStore, codeDir string, v *auth.Verifier, opts ...api.Option) *env {
+func newEnvWith(t *testing.T, kind string, code api.CodeStore, codeDir string, v *auth.Verifier, opts ...api.Option) *env {
 	t.Helper()
 	res := &resolver{m: map[string]*url.URL{}}
-	backend, stores := memstore.Backend(code, res)
+	var backend api.Backend
+	subject := "alice@example.com"
+	switch kind {
+	case onMemstore:
+		backend, _ = memstore.Backend(code, res)
+	case onKubestore:
+		backend = kubestore.New(sharedKube.Get(t).Client, code, resources.TenantConfig{OperatorNamespace: "sless-system",
+			DockerConfigJSON: []byte(`{"auths":{}}`)})
+		backend.Resolver = res
+		// One API server for the whole binary, where a deleted namespace stays Terminating (no
+		// namespace controller): every env is its own tenant.
+		subject = fmt.Sprintf("alice-%d@example.com", tenants.Add(1))
+	default:
+		t.Fatalf("unknown backend %q", kind)
+	}
 	opts = append([]api.Option{api.WithVerifier(v), api.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))),
 		api.WithTempDir(t.TempDir())}, opts...)
 	s, err := api.New(backend, opts...)
@@ -90,7 +138,7 @@ func newEnvWith(t *testing.T, code api.CodeStore, codeDir string, v *auth.Verifi
 	hs.Config = api.NewHTTPServer("", s.Handler(), nil)
 	hs.Start()
 	t.Cleanup(hs.Close)
-	token, err := auth.IssueHS256(testSecret, "alice@example.com", time.Hour)
+	token, err := auth.IssueHS256(testSecret, subject, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +146,7 @@ func newEnvWith(t *testing.T, code api.CodeStore, codeDir string, v *auth.Verifi
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, url: hs.URL, srv: s, stores: stores, codeDir: codeDir, resolver: res, token: token, ns: c.Namespace(), c: c}
+	return &env{t: t, url: hs.URL, srv: s, be: backend, subject: subject, codeDir: codeDir, resolver: res, token: token, ns: c.Namespace(), c: c}
 }
 
 // raw sends a request with the given token (empty: none) and returns status, error code and body.
@@ -141,7 +189,7 @@ func (e *env) function(name string) *apiv1.Function {
 // ready marks a function Ready (the backend's job) and routes it to upstream.
 func (e *env) ready(name, upstream string) {
 	e.t.Helper()
-	_, err := e.stores.Functions.Update(context.Background(), e.ns, name, func(f *apiv1.Function) error {
+	_, err := e.be.Functions.Update(context.Background(), e.ns, name, func(f *apiv1.Function) error {
 		f.Status.Phase = apiv1.PhaseReady
 		return nil
 	})

@@ -35,8 +35,10 @@ func echoUpstream(t *testing.T) (*httptest.Server, chan seen) {
 	return s, ch
 }
 
-func TestProxyHeadersAndPaths(t *testing.T) {
-	e := newEnv(t)
+func TestProxyHeadersAndPaths(t *testing.T) { eachBackend(t, testProxyHeadersAndPaths) }
+
+func testProxyHeadersAndPaths(t *testing.T, backend string) {
+	e := newEnvOn(t, backend)
 	e.ensure()
 	e.function("echo")
 	up, ch := echoUpstream(t)
@@ -82,8 +84,10 @@ func TestProxyHeadersAndPaths(t *testing.T) {
 	}
 }
 
-func TestProxyErrors(t *testing.T) {
-	e := newEnv(t, api.WithProxyBodyLimit(1024))
+func TestProxyErrors(t *testing.T) { eachBackend(t, testProxyErrors) }
+
+func testProxyErrors(t *testing.T, backend string) {
+	e := newEnvOn(t, backend, api.WithProxyBodyLimit(1024))
 	e.ensure()
 	ctx := context.Background()
 
@@ -105,7 +109,7 @@ func TestProxyErrors(t *testing.T) {
 
 	// Ready in the store, but the backend has no instance.
 	e.function("starting")
-	e.stores.Functions.Update(ctx, e.ns, "starting", func(f *apiv1.Function) error { f.Status.Phase = apiv1.PhaseReady; return nil })
+	e.be.Functions.Update(ctx, e.ns, "starting", func(f *apiv1.Function) error { f.Status.Phase = apiv1.PhaseReady; return nil })
 	if code, ecode, _ := e.raw("GET", "/fn/"+e.ns+"/starting", "", "", nil); code != 503 || ecode != apiv1.CodeNotReady {
 		t.Errorf("no instance: %d %s", code, ecode)
 	}
@@ -164,8 +168,10 @@ func TestProxyErrors(t *testing.T) {
 
 // DESIGN.md §5: reachable whether or not it has a trigger; 503 when it has http triggers and none
 // is enabled; enabling one brings it back.
-func TestProxyTriggerRule(t *testing.T) {
-	e := newEnv(t)
+func TestProxyTriggerRule(t *testing.T) { eachBackend(t, testProxyTriggerRule) }
+
+func testProxyTriggerRule(t *testing.T, backend string) {
+	e := newEnvOn(t, backend)
 	e.ensure()
 	ctx := context.Background()
 	e.function("web")
@@ -193,8 +199,10 @@ func TestProxyTriggerRule(t *testing.T) {
 	}
 }
 
-func TestProxyStreams(t *testing.T) {
-	e := newEnv(t)
+func TestProxyStreams(t *testing.T) { eachBackend(t, testProxyStreams) }
+
+func testProxyStreams(t *testing.T, backend string) {
+	e := newEnvOn(t, backend)
 	e.ensure()
 	release := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -224,8 +232,10 @@ func TestProxyStreams(t *testing.T) {
 	}
 }
 
-func TestErrorEnvelopeEverywhere(t *testing.T) {
-	e := newEnv(t)
+func TestErrorEnvelopeEverywhere(t *testing.T) { eachBackend(t, testErrorEnvelopeEverywhere) }
+
+func testErrorEnvelopeEverywhere(t *testing.T, backend string) {
+	e := newEnvOn(t, backend)
 	for _, p := range []struct{ method, path string }{{"GET", "/nope"}, {"PUT", "/healthz"}, {"GET", "/v1/namespaces/x/functions"}} {
 		code, _, b := e.raw(p.method, p.path, "", "", nil)
 		var env apiv1.ErrorBody

@@ -16,8 +16,10 @@ import (
 )
 
 // Every route's happy path, through the typed client, as the CLI and the provider use it.
-func TestRoutesHappyPath(t *testing.T) {
-	e := newEnv(t)
+func TestRoutesHappyPath(t *testing.T) { eachBackend(t, testRoutesHappyPath) }
+
+func testRoutesHappyPath(t *testing.T, backend string) {
+	e := newEnvOn(t, backend)
 	ctx := context.Background()
 	c := e.c
 	if !strings.HasPrefix(e.ns, "sless-") || len(e.ns) != len("sless-")+16 {
@@ -53,7 +55,7 @@ func TestRoutesHappyPath(t *testing.T) {
 		t.Errorf("stored %v", files)
 	}
 	// The same zip again: same key, nothing new, no new build (phase untouched by the upload).
-	e.stores.Functions.Update(ctx, e.ns, "hello", func(f *apiv1.Function) error { f.Status.Phase = apiv1.PhaseReady; return nil })
+	e.be.Functions.Update(ctx, e.ns, "hello", func(f *apiv1.Function) error { f.Status.Phase = apiv1.PhaseReady; return nil })
 	again, err := c.Upload(ctx, "hello", bytes.NewReader(z), int64(len(z)))
 	if err != nil || again.CodeSHA256 != up.CodeSHA256 || again.Phase != apiv1.PhaseReady || len(e.storedFiles()) != 1 {
 		t.Errorf("same zip twice: %+v %v, %d files", again, err, len(e.storedFiles()))
@@ -113,7 +115,7 @@ func TestRoutesHappyPath(t *testing.T) {
 	if got, err := c.GetJob(ctx, "sum"); err != nil || got.EventJSON != `{"input":[100,200,300]}` {
 		t.Errorf("get job: %+v %v", got, err)
 	}
-	e.stores.Jobs.Update(ctx, e.ns, "sum", func(j *apiv1.Job) error {
+	e.be.Jobs.Update(ctx, e.ns, "sum", func(j *apiv1.Job) error {
 		j.Status = apiv1.JobStatus{Phase: apiv1.JobSucceeded, LastRunID: 1, Message: `{"sum": 600}`}
 		return nil
 	})
@@ -148,7 +150,7 @@ func TestRoutesHappyPath(t *testing.T) {
 	if err := c.DeleteNamespace(ctx); err != nil {
 		t.Errorf("delete empty namespace: %v", err)
 	}
-	if ok, _ := e.stores.Namespaces.Exists(ctx, e.ns); ok {
+	if ok, _ := e.be.Namespaces.Exists(ctx, e.ns); ok {
 		t.Error("namespace still exists")
 	}
 }
@@ -177,8 +179,10 @@ func TestHealthReadyMetrics(t *testing.T) {
 	}
 }
 
-func TestCreateConflictsAndMissing(t *testing.T) {
-	e := newEnv(t)
+func TestCreateConflictsAndMissing(t *testing.T) { eachBackend(t, testCreateConflictsAndMissing) }
+
+func testCreateConflictsAndMissing(t *testing.T, backend string) {
+	e := newEnvOn(t, backend)
 	ctx := context.Background()
 	// Before ensure, creating in the namespace says how to fix it.
 	_, err := e.c.CreateFunction(ctx, apiv1.Function{Name: "a", Runtime: "nodejs20"})
@@ -206,7 +210,7 @@ func TestCreateConflictsAndMissing(t *testing.T) {
 	if _, err := e.c.CreateTrigger(ctx, apiv1.Trigger{Name: "t", Type: "http", FunctionRef: "nope"}); err == nil || !strings.Contains(err.Error(), "no such function") {
 		t.Errorf("trigger for a missing function: %v", err)
 	}
-	if l, _ := e.stores.Triggers.List(ctx, e.ns); len(l) != 0 {
+	if l, _ := e.be.Triggers.List(ctx, e.ns); len(l) != 0 {
 		t.Errorf("stored %v", l)
 	}
 }

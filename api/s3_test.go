@@ -27,7 +27,7 @@ func TestUploadToS3(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, _ := auth.New(auth.WithHS256Secret(testSecret))
-	e := newEnvWith(t, s3, t.TempDir(), v)
+	e := newEnvWith(t, onMemstore, s3, t.TempDir(), v)
 	e.ensure()
 	e.function("f")
 

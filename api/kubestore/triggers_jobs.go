@@ -3,6 +3,7 @@ package kubestore
 import (
 	"context"
 	"sort"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -154,7 +155,8 @@ func (s *jobs) Create(ctx context.Context, ns string, in apiv1.Job) (apiv1.Job, 
 	return toAPIJob(j), nil
 }
 
-// Update applies the run_id/event change (spec); the reconciler owns the rest of the status.
+// Update applies fn like every Store: run_id and event go to the spec, what fn changed in the
+// status (the API's Pending on a new run_id, a backend recording a result) to the status.
 func (s *jobs) Update(ctx context.Context, ns, name string, fn func(*apiv1.Job) error) (apiv1.Job, error) {
 	var out apiv1.Job
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -162,6 +164,7 @@ func (s *jobs) Update(ctx context.Context, ns, name string, fn func(*apiv1.Job) 
 		if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &j); err != nil {
 			return notFound(err, ns, name)
 		}
+		before := toAPIJob(&j)
 		cur := toAPIJob(&j)
 		if err := fn(&cur); err != nil {
 			return err
@@ -173,7 +176,10 @@ func (s *jobs) Update(ctx context.Context, ns, name string, fn func(*apiv1.Job) 
 				return err
 			}
 			j.Status = status
-			j.Status.Phase, j.Status.Message = cur.Status.Phase, cur.Status.Message
+		}
+		if !equalJobStatus(before.Status, cur.Status) {
+			j.Status.Phase, j.Status.Message, j.Status.LastRunID = cur.Status.Phase, cur.Status.Message, cur.Status.LastRunID
+			j.Status.StartTime, j.Status.CompletionTime = metaTime(cur.Status.StartTime), metaTime(cur.Status.CompletionTime)
 			if err := s.c.Status().Update(ctx, &j); err != nil {
 				return err
 			}
@@ -182,6 +188,19 @@ func (s *jobs) Update(ctx context.Context, ns, name string, fn func(*apiv1.Job) 
 		return nil
 	})
 	return out, err
+}
+
+func equalJobStatus(a, b apiv1.JobStatus) bool {
+	eq := func(x, y *time.Time) bool { return (x == nil) == (y == nil) && (x == nil || x.Equal(*y)) }
+	return a.Phase == b.Phase && a.Message == b.Message && a.LastRunID == b.LastRunID && eq(a.StartTime, b.StartTime) && eq(a.CompletionTime, b.CompletionTime)
+}
+
+func metaTime(t *time.Time) *metav1.Time {
+	if t == nil {
+		return nil
+	}
+	mt := metav1.NewTime(*t)
+	return &mt
 }
 
 func (s *jobs) Delete(ctx context.Context, ns, name string) error {

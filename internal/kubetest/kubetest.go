@@ -4,8 +4,10 @@
 package kubetest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -48,6 +50,47 @@ func (e *Env) Kubeconfig(t testing.TB) string {
 // Start runs envtest for the test's lifetime.
 func Start(t testing.TB) *Env {
 	t.Helper()
+	e, err := start(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.env.Stop() })
+	return e
+}
+
+// Shared is one envtest for a whole test binary, started on first use (so tests that do not need
+// it pay nothing); the package's TestMain calls Stop. Tests sharing it keep to their own namespaces.
+type Shared struct {
+	mu  sync.Mutex
+	env *Env
+}
+
+// Get starts the shared envtest if it is not running yet.
+func (s *Shared) Get(t testing.TB) *Env {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.env == nil {
+		e, err := start(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.env = e
+	}
+	return s.env
+}
+
+// Stop stops the shared envtest if it ran.
+func (s *Shared) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.env != nil {
+		s.env.env.Stop()
+		s.env = nil
+	}
+}
+
+func start(t testing.TB) (*Env, error) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		assets = filepath.Join(testenv.CacheDir(), "envtest-v1.34.4")
@@ -62,19 +105,21 @@ func Start(t testing.TB) *Env {
 	}
 	cfg, err := env.Start()
 	if err != nil {
-		t.Fatalf("starting envtest: %v", err)
+		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
-	t.Cleanup(func() { env.Stop() })
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
+		env.Stop()
+		return nil, err
 	}
 	if err := slessv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
+		env.Stop()
+		return nil, err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		t.Fatal(err)
+		env.Stop()
+		return nil, err
 	}
-	return &Env{Config: cfg, Client: c, Scheme: scheme, env: env}
+	return &Env{Config: cfg, Client: c, Scheme: scheme, env: env}, nil
 }
