@@ -164,7 +164,7 @@ func run(ctx context.Context, args []string) error {
 	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&controllers.TriggerReconciler{Client: mgr.GetClient(), Scheme: scheme, PublicURL: *publicURL}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.TriggerReconciler{Client: mgr.GetClient(), Scheme: scheme, PublicURL: *publicURL, Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	// The API reads and writes through a direct client: the manager's cache is eventually

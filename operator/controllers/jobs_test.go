@@ -29,7 +29,8 @@ func TestFunctionJobAndTrigger(t *testing.T) {
 	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	if err := (&controllers.TriggerReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), PublicURL: "http://api.test"}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.TriggerReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), PublicURL: "http://api.test",
+		Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -124,6 +125,18 @@ func TestFunctionJobAndTrigger(t *testing.T) {
 		if cj.Spec.Schedule != "0 9 * * *" || cj.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent || cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image != fn.Status.Image {
 			t.Errorf("cronjob %+v", cj.Spec)
 		}
+		eventually(t, "a CronJobCreated event", func() bool { return hasEvent(ctx, c, ns, "daily", "CronJobCreated", fn.Status.Image) })
+		// A rebuilt function: the next cron run uses the new image.
+		c.Get(ctx, client.ObjectKeyFromObject(fn), fn)
+		fn.Status.Image = "registry.test/" + ns + "/sum@sha256:" + strings.Repeat("b", 64)
+		if err := c.Status().Update(ctx, fn); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the CronJob on the new image", func() bool {
+			c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cron-daily"}, &cj)
+			return cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image == fn.Status.Image
+		})
+		eventually(t, "a CronJobUpdated event", func() bool { return hasEvent(ctx, c, ns, "daily", "CronJobUpdated", fn.Status.Image) })
 		c.Create(ctx, &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: slessv1.TriggerSpec{Type: "http", FunctionRef: "sum"}})
 		eventually(t, "the URL", func() bool {
 			var tr slessv1.Trigger
@@ -131,6 +144,17 @@ func TestFunctionJobAndTrigger(t *testing.T) {
 			return tr.Status.URL == "http://api.test/fn/"+ns+"/sum" && tr.Status.Active
 		})
 	})
+}
+
+func hasEvent(ctx context.Context, c client.Client, ns, object, reason, contains string) bool {
+	var evs corev1.EventList
+	c.List(ctx, &evs, client.InNamespace(ns))
+	for _, e := range evs.Items {
+		if e.InvolvedObject.Name == object && e.Reason == reason && strings.Contains(e.Message, contains) {
+			return true
+		}
+	}
+	return false
 }
 
 func hasEnv(env []corev1.EnvVar, k, v string) bool {

@@ -6,13 +6,17 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/resources"
@@ -24,11 +28,15 @@ type TriggerReconciler struct {
 	client.Client
 	Scheme    *runtime.Scheme
 	PublicURL string
+	// Recorder, when set, records when a cron trigger's CronJob is created or moves to a new image.
+	Recorder record.EventRecorder
 }
 
 // +kubebuilder:rbac:groups=sless.dev,resources=triggers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=sless.dev,resources=triggers/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=sless.dev,resources=functions,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile sets the URL (http) or the CronJob (cron).
 func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -55,7 +63,7 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		default:
 			want := resources.MakeCronJob(&tr, &fn, fn.Status.Image)
 			live := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: want.Name, Namespace: want.Namespace}}
-			if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, live, func() error {
+			op, err := controllerutil.CreateOrUpdate(ctx, r.Client, live, func() error {
 				live.Labels = want.Labels
 				live.Spec.Schedule, live.Spec.ConcurrencyPolicy, live.Spec.StartingDeadlineSeconds = want.Spec.Schedule, want.Spec.ConcurrencyPolicy, want.Spec.StartingDeadlineSeconds
 				live.Spec.Suspend, live.Spec.SuccessfulJobsHistoryLimit, live.Spec.FailedJobsHistoryLimit = want.Spec.Suspend, want.Spec.SuccessfulJobsHistoryLimit, want.Spec.FailedJobsHistoryLimit
@@ -63,8 +71,13 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 					live.Spec.JobTemplate = want.Spec.JobTemplate
 				}
 				return controllerutil.SetControllerReference(&tr, live, r.Scheme)
-			}); err != nil {
+			})
+			if err != nil {
 				return ctrl.Result{}, err
+			}
+			if op != controllerutil.OperationResultNone && r.Recorder != nil {
+				r.Recorder.Eventf(&tr, corev1.EventTypeNormal, "CronJob"+strings.ToUpper(string(op[:1]))+string(op[1:]),
+					"CronJob %s (%s) runs %s", live.Name, tr.Spec.Schedule, fn.Status.Image)
 			}
 			tr.Status.LastScheduleTime = live.Status.LastScheduleTime
 		}
@@ -77,7 +90,24 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	return result, nil
 }
 
-// SetupWithManager watches Triggers and their CronJobs.
+// SetupWithManager watches Triggers, their CronJobs, and Functions: a new image moves the cron
+// triggers of that function to it.
 func (r *TriggerReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).For(&slessv1.Trigger{}).Owns(&batchv1.CronJob{}).Complete(r)
+	return ctrl.NewControllerManagedBy(mgr).For(&slessv1.Trigger{}).Owns(&batchv1.CronJob{}).
+		Watches(&slessv1.Function{}, handler.EnqueueRequestsFromMapFunc(r.triggersOf)).
+		Complete(r)
+}
+
+func (r *TriggerReconciler) triggersOf(ctx context.Context, obj client.Object) []reconcile.Request {
+	var ts slessv1.TriggerList
+	if err := r.List(ctx, &ts, client.InNamespace(obj.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, t := range ts.Items {
+		if t.Spec.FunctionRef == obj.GetName() && t.Spec.Type == "cron" {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
+		}
+	}
+	return out
 }
