@@ -75,6 +75,7 @@ func run(ctx context.Context, args []string) error {
 	operatorImage := fs.String("operator-image", "", "this operator's image (by digest): deps Jobs run its `sless deps push`; empty refuses functions with dependencies")
 	pipIndex := fs.String("pip-index-url", "", "package index for pip installs in deps Jobs (default: the runtime's)")
 	npmRegistry := fs.String("npm-registry", "", "npm registry for npm installs in deps Jobs (default: the runtime's)")
+	depsEgress := fs.String("deps-egress", "", "comma-separated CIDRs deps Job pods may reach besides DNS (package index, registry), for tenant NetworkPolicies")
 	rts := runtimeFlags{}
 	fs.Var(rts, "runtime", "NAME=IMAGE@sha256:… (repeatable): runtime images by digest")
 	if err := fs.Parse(args); err != nil {
@@ -173,7 +174,8 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	backend := kubestore.New(direct, code, resources.TenantConfig{OperatorNamespace: *operatorNS, DockerConfigJSON: dockerConfig})
+	backend := kubestore.New(direct, code, resources.TenantConfig{OperatorNamespace: *operatorNS, DockerConfigJSON: dockerConfig,
+		DepsEgress: splitList(*depsEgress)})
 	srv, err := api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(*publicURL))
 	if err != nil {
 		return err
@@ -192,4 +194,14 @@ func run(ctx context.Context, args []string) error {
 		return nil
 	}
 	return err
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -46,6 +46,28 @@ func TestOperatorBinary(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("building: %v\n%s", err, out)
 	}
+	t.Run("every flag the install manifest passes exists", func(t *testing.T) {
+		help, _ := exec.Command(bin, "-h").CombinedOutput()
+		manifest, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "operator", "config", "manager", "manager.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, line := range strings.Split(string(manifest), "\n") {
+			arg, ok := strings.CutPrefix(strings.TrimSpace(line), "- --")
+			if !ok {
+				continue
+			}
+			n++
+			flagName, _, _ := strings.Cut(arg, "=")
+			if !strings.Contains(string(help), "  -"+flagName+" ") && !strings.Contains(string(help), "  -"+flagName+"\n") {
+				t.Errorf("manager.yaml passes --%s, which sless-operator does not define", flagName)
+			}
+		}
+		if n < 10 {
+			t.Errorf("found only %d args in manager.yaml", n)
+		}
+	})
 	secret := "0123456789abcdef0123456789abcdef-operator"
 	os.WriteFile(filepath.Join(dir, "secret"), []byte(secret), 0o600)
 	listen := testenv.FreeAddr(t)
