@@ -1,0 +1,130 @@
+// Command operator-image builds the operator's own image the way sless builds function images: no
+// Dockerfile, no daemon. It compiles sless-operator and sless (the deps Jobs' `sless deps push`)
+// as static binaries, lays them out with a passwd entry for the non-root user and the host's CA
+// bundle, appends that one layer onto an empty base with the layers package and pushes it. It
+// prints the image by digest.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/sless-dev/sless/layers"
+)
+
+func main() {
+	if err := run(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "operator-image:", err)
+		os.Exit(1)
+	}
+}
+
+// uid is the non-root user the install manifest runs the operator as.
+const uid = 65532
+
+func run(ctx context.Context) error {
+	to := flag.String("to", "", "REPO:TAG to push to (required)")
+	insecure := flag.Bool("insecure", false, "plain HTTP registry")
+	flag.Parse()
+	if *to == "" {
+		return fmt.Errorf("--to is required")
+	}
+	var nopts []name.Option
+	if *insecure {
+		nopts = append(nopts, name.Insecure)
+	}
+	ref, err := name.NewTag(*to, nopts...)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	stage, err := os.MkdirTemp("", "sless-operator-image-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(stage)
+	bin := filepath.Join(stage, "usr", "local", "bin")
+	for _, c := range []struct{ out, pkg string }{{"sless-operator", "./cmd/sless-operator"}, {"sless", "./cmd/sless"}} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(bin, c.out), c.pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("building %s: %w", c.pkg, err)
+		}
+	}
+	compiled := time.Since(start)
+	files := map[string]string{
+		"etc/passwd":        fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:/home/nonroot:/sbin/nologin\n", uid, uid),
+		"etc/group":         fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", uid),
+		"etc/nsswitch.conf": "hosts: files dns\n",
+	}
+	for p, body := range files {
+		if err := os.MkdirAll(filepath.Join(stage, filepath.Dir(p)), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(stage, p), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"tmp", "home/nonroot"} {
+		if err := os.MkdirAll(filepath.Join(stage, d), 0o755); err != nil {
+			return err
+		}
+	}
+	// TLS to a registry or S3 endpoint with a public certificate needs the CA bundle.
+	if ca, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); err == nil {
+		os.MkdirAll(filepath.Join(stage, "etc", "ssl", "certs"), 0o755)
+		if err := os.WriteFile(filepath.Join(stage, "etc", "ssl", "certs", "ca-certificates.crt"), ca, 0o644); err != nil {
+			return err
+		}
+	}
+	l, err := layers.FromFS(os.DirFS(stage), layers.WithMaxBytes(1<<30))
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	img, err := mutate.AppendLayers(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON), l)
+	if err != nil {
+		return err
+	}
+	img, err = mutate.Config(img, v1.Config{
+		Entrypoint: []string{"/usr/local/bin/sless-operator"},
+		User:       fmt.Sprintf("%d:%d", uid, uid),
+		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/nonroot"},
+		WorkingDir: "/home/nonroot",
+		Labels:     map[string]string{"org.opencontainers.image.title": "sless-operator", "org.opencontainers.image.source": "https://github.com/sless-dev/sless"},
+	})
+	if err != nil {
+		return err
+	}
+	cf, _ := img.ConfigFile()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return err
+	}
+	pushStart := time.Now()
+	if err := remote.Write(ref, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+		return fmt.Errorf("pushing %s: %w", ref, err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "operator-image: compiled in %s, layered and pushed in %s (%d files)\n",
+		compiled.Round(time.Millisecond), time.Since(pushStart).Round(time.Millisecond), l.Files())
+	fmt.Println(ref.Context().Digest(d.String()).String())
+	return nil
+}
