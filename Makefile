@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin
 export SLESS_CACHE ?= $(HOME)/.cache/sless
 
-.PHONY: all build test bench fmt vet tools demo lint clean e2e manifests
+.PHONY: all build test bench fmt vet tools demo lint clean e2e e2e-k8s manifests
 
 all: build
 
@@ -16,6 +16,12 @@ build:
 # (also part of make test).
 e2e: tools
 	@PATH="$(SLESS_CACHE)/bin:$$PATH" SLESS_REQUIRE_REAL=1 $(GO) test -count=1 -v -run TestExamples ./provider/
+
+# The real-cluster e2e (also part of make test): brings up a single-node Kubernetes (hack/k8s/),
+# installs sless into it from operator/config with an image sless built, runs the suite against the
+# REST API, Terraform and /fn/, and tears the cluster down again.
+e2e-k8s: tools
+	@PATH="$(SLESS_CACHE)/bin:$$PATH" SLESS_REQUIRE_REAL=1 $(GO) test -count=1 -v -timeout 20m ./e2e/k8s/
 
 # Debian packages, Go tools and base images the tests need (idempotent, cached under $(SLESS_CACHE)).
 tools:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -43,7 +45,7 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("Cookie")
 		},
-		Transport:  s.o.transport,
+		Transport:  &dialRetry{next: s.o.transport, budget: s.o.dialRetry},
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var mb *http.MaxBytesError
@@ -177,3 +179,50 @@ func splitFnPath(escaped string) (ns, name, rest string, ok bool) {
 	}
 	return ns, name, rest, true
 }
+
+// dialRetry retries a request whose connection could not be made, until budget is spent: no byte
+// of it reached the function, so even a POST is safe to send again.
+type dialRetry struct {
+	next   http.RoundTripper
+	budget time.Duration
+}
+
+func (d *dialRetry) RoundTrip(req *http.Request) (*http.Response, error) {
+	if d.budget <= 0 {
+		return d.next.RoundTrip(req)
+	}
+	out := req
+	var body *keptBody
+	if req.Body != nil && req.Body != http.NoBody {
+		// The transport closes the body of a failed request; a retry needs it open and unread.
+		body = &keptBody{r: req.Body}
+		out = req.Clone(req.Context())
+		out.Body = body
+		defer req.Body.Close()
+	}
+	deadline := time.Now().Add(d.budget)
+	wait := 20 * time.Millisecond
+	for {
+		resp, err := d.next.RoundTrip(out)
+		var op *net.OpError
+		remaining := time.Until(deadline)
+		if err == nil || !errors.As(err, &op) || op.Op != "dial" || (body != nil && body.read) || remaining <= 0 {
+			return resp, err
+		}
+		select {
+		case <-req.Context().Done():
+			return nil, err
+		case <-time.After(min(wait, remaining)):
+		}
+		wait = min(2*wait, 250*time.Millisecond)
+	}
+}
+
+// keptBody survives the transport's Close and remembers whether it was read.
+type keptBody struct {
+	r    io.ReadCloser
+	read bool
+}
+
+func (b *keptBody) Read(p []byte) (int, error) { b.read = true; return b.r.Read(p) }
+func (b *keptBody) Close() error               { return nil }

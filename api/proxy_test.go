@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/internal/testenv"
 )
 
 // seen is what the upstream function received.
@@ -87,7 +90,7 @@ func testProxyHeadersAndPaths(t *testing.T, backend string) {
 func TestProxyErrors(t *testing.T) { eachBackend(t, testProxyErrors) }
 
 func testProxyErrors(t *testing.T, backend string) {
-	e := newEnvOn(t, backend, api.WithProxyBodyLimit(1024))
+	e := newEnvOn(t, backend, api.WithProxyBodyLimit(1024), api.WithProxyDialRetry(300*time.Millisecond))
 	e.ensure()
 	ctx := context.Background()
 
@@ -146,8 +149,12 @@ func testProxyErrors(t *testing.T, backend string) {
 	}
 	e.function("down")
 	e.ready("down", "http://127.0.0.1:1")
+	start = time.Now()
 	if code, ecode, _ := e.raw("GET", "/fn/"+e.ns+"/down", "", "", nil); code != 502 || ecode != apiv1.CodeUpstreamError {
 		t.Errorf("connection refused: %d %s", code, ecode)
+	}
+	if d := time.Since(start); d < 250*time.Millisecond || d > 2*time.Second {
+		t.Errorf("connection refused answered after %v with a 300 ms dial retry", d)
 	}
 
 	up, _ := echoUpstream(t)
@@ -242,5 +249,40 @@ func testErrorEnvelopeEverywhere(t *testing.T, backend string) {
 		if err := json.Unmarshal(b, &env); err != nil || env.Error.Code == "" || env.Error.Message == "" || code < 400 {
 			t.Errorf("%s %s: %d %s", p.method, p.path, code, b)
 		}
+	}
+}
+
+// A function whose address does not accept connections yet (kube-proxy lags a pod's readiness; a
+// rollout just replaced it) gets the request once it does: nothing was sent, so even a POST with a
+// body is retried, and it arrives whole.
+func TestProxyRetriesUntilTheFunctionListens(t *testing.T) {
+	e := newEnv(t)
+	e.ensure()
+	port := testenv.FreePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	e.function("late")
+	e.ready("late", "http://"+addr)
+	got := make(chan string, 1)
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			got <- "listen: " + err.Error()
+			return
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			got <- r.Method + " " + string(b)
+			io.WriteString(w, "late but there")
+		})}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+	}()
+	code, _, body := e.raw("POST", "/fn/"+e.ns+"/late", "", "text/plain", []byte("the whole body"))
+	if code != 200 || string(body) != "late but there" {
+		t.Fatalf("%d %s", code, body)
+	}
+	if g := <-got; g != "POST the whole body" {
+		t.Errorf("the function got %q", g)
 	}
 }

@@ -40,6 +40,7 @@ type options struct {
 	ready          func(context.Context) error
 	registry       *prometheus.Registry
 	transport      http.RoundTripper
+	dialRetry      time.Duration
 }
 
 // WithVerifier sets how bearer tokens are verified. Required.
@@ -72,6 +73,12 @@ func WithReadiness(check func(context.Context) error) Option {
 // function and dials with a 5-second timeout.
 func WithProxyTransport(t http.RoundTripper) Option { return func(o *options) { o.transport = t } }
 
+// WithProxyDialRetry is how long /fn/ keeps retrying a function it cannot connect to (nothing was
+// sent, so any request may be retried): an instance just marked ready whose address the network
+// does not route yet (kube-proxy lags a pod's readiness), or one replaced by a rollout. The default
+// is 3 seconds; 0 disables it.
+func WithProxyDialRetry(d time.Duration) Option { return func(o *options) { o.dialRetry = d } }
+
 // Server is the API. Its Handler serves every route.
 type Server struct {
 	o       options
@@ -93,6 +100,7 @@ func New(b Backend, opts ...Option) (*Server, error) {
 		publicURL:      "http://127.0.0.1:8080",
 		ready:          func(context.Context) error { return nil },
 	}
+	o.dialRetry = 3 * time.Second
 	for _, opt := range opts {
 		opt(&o)
 	}

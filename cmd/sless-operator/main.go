@@ -92,7 +92,12 @@ func run(ctx context.Context, args []string) error {
 	case *codeDir != "":
 		code, err = codestore.NewDir(*codeDir)
 	case *s3Bucket != "":
-		code, err = codestore.NewS3(ctx, codestore.S3Config{Bucket: *s3Bucket, Endpoint: *s3Endpoint, Region: *s3Region})
+		var s3 *codestore.S3
+		if s3, err = codestore.NewS3(ctx, codestore.S3Config{Bucket: *s3Bucket, Endpoint: *s3Endpoint, Region: *s3Region}); err == nil {
+			// A fresh install has no bucket yet; uploads would fail with NoSuchBucket.
+			err = s3.EnsureBucket(ctx)
+		}
+		code = s3
 	default:
 		err = errors.New("give --code-dir or --s3-bucket")
 	}

@@ -56,7 +56,8 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(stage)
-	bin := filepath.Join(stage, "usr", "local", "bin")
+	// Two trees, each a layer under its own prefix (the layers package never writes at /).
+	bin, etc := filepath.Join(stage, "bin"), filepath.Join(stage, "etc")
 	for _, c := range []struct{ out, pkg string }{{"sless-operator", "./cmd/sless-operator"}, {"sless", "./cmd/sless"}} {
 		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(bin, c.out), c.pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -67,44 +68,41 @@ func run(ctx context.Context) error {
 	}
 	compiled := time.Since(start)
 	files := map[string]string{
-		"etc/passwd":        fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:/home/nonroot:/sbin/nologin\n", uid, uid),
-		"etc/group":         fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", uid),
-		"etc/nsswitch.conf": "hosts: files dns\n",
-	}
-	for p, body := range files {
-		if err := os.MkdirAll(filepath.Join(stage, filepath.Dir(p)), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(stage, p), []byte(body), 0o644); err != nil {
-			return err
-		}
-	}
-	for _, d := range []string{"tmp", "home/nonroot"} {
-		if err := os.MkdirAll(filepath.Join(stage, d), 0o755); err != nil {
-			return err
-		}
+		"passwd":        fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:/tmp:/sbin/nologin\n", uid, uid),
+		"group":         fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", uid),
+		"nsswitch.conf": "hosts: files dns\n",
 	}
 	// TLS to a registry or S3 endpoint with a public certificate needs the CA bundle.
 	if ca, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); err == nil {
-		os.MkdirAll(filepath.Join(stage, "etc", "ssl", "certs"), 0o755)
-		if err := os.WriteFile(filepath.Join(stage, "etc", "ssl", "certs", "ca-certificates.crt"), ca, 0o644); err != nil {
+		files["ssl/certs/ca-certificates.crt"] = string(ca)
+	}
+	for p, body := range files {
+		if err := os.MkdirAll(filepath.Join(etc, filepath.Dir(p)), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(etc, p), []byte(body), 0o644); err != nil {
 			return err
 		}
 	}
-	l, err := layers.FromFS(os.DirFS(stage), layers.WithMaxBytes(1<<30))
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	img, err := mutate.AppendLayers(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON), l)
-	if err != nil {
-		return err
+	var img v1.Image = mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	nfiles := 0
+	for _, tree := range []struct{ dir, prefix string }{{bin, "/usr/local/bin"}, {etc, "/etc"}} {
+		l, err := layers.FromFS(os.DirFS(tree.dir), layers.WithPrefix(tree.prefix), layers.WithMaxBytes(1<<30))
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		nfiles += l.Files()
+		if img, err = mutate.AppendLayers(img, l); err != nil {
+			return err
+		}
 	}
 	img, err = mutate.Config(img, v1.Config{
 		Entrypoint: []string{"/usr/local/bin/sless-operator"},
 		User:       fmt.Sprintf("%d:%d", uid, uid),
-		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/nonroot"},
-		WorkingDir: "/home/nonroot",
+		// /tmp is the one writable directory (an emptyDir under a read-only root filesystem).
+		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp"},
+		WorkingDir: "/tmp",
 		Labels:     map[string]string{"org.opencontainers.image.title": "sless-operator", "org.opencontainers.image.source": "https://github.com/sless-dev/sless"},
 	})
 	if err != nil {
@@ -124,7 +122,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "operator-image: compiled in %s, layered and pushed in %s (%d files)\n",
-		compiled.Round(time.Millisecond), time.Since(pushStart).Round(time.Millisecond), l.Files())
+		compiled.Round(time.Millisecond), time.Since(pushStart).Round(time.Millisecond), nfiles)
 	fmt.Println(ref.Context().Digest(d.String()).String())
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -107,19 +108,19 @@ func start(t testing.TB) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		env.Stop()
-		return nil, err
-	}
-	if err := slessv1.AddToScheme(scheme); err != nil {
-		env.Stop()
-		return nil, err
-	}
+	scheme := Scheme()
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		env.Stop()
 		return nil, err
 	}
 	return &Env{Config: cfg, Client: c, Scheme: scheme, env: env}, nil
+}
+
+// Scheme knows the built-in kinds and the sless CRDs.
+func Scheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(slessv1.AddToScheme(scheme))
+	return scheme
 }

@@ -84,7 +84,7 @@ type FunctionStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=fn
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.status.image`,priority=1
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.status.image`
 // +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Function struct {

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Installs sless into the k1n cluster the way a user would: the operator's image built by our own
+# builder (hack/operator-image: static binaries appended onto an empty base, no Dockerfile) and
+# pushed to the cluster's registry, the runtime images built with `sless runtime build` on the
+# Debian bases, the secrets the install manifest expects, and operator/config/ applied with
+# `kubectl apply -k` through an overlay that sets the image and the configuration. The REST API and
+# /fn/ are published on a NodePort of the node address (10.88.0.1), reachable from the host.
+#
+# Needs a running cluster (hack/k8s/up.sh) and, in the environment:
+#   SLESS_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY  the code store (reachable from pods)
+#   SLESS_JWT_PUBLIC_KEY   PEM file: the API verifies RS256/ES256 tokens with it
+# and optionally SLESS_S3_BUCKET (sless-code), SLESS_NPM_REGISTRY, SLESS_PIP_INDEX_URL,
+# SLESS_DEPS_EGRESS. Writes $K1N/sless.env (SLESS_ENDPOINT, REGISTRY, OPERATOR_IMAGE, RUNTIME_*)
+# and prints SLESS_ENDPOINT.
+. "$(dirname "$0")/common.sh"
+: "${SLESS_S3_ENDPOINT:?}" "${AWS_ACCESS_KEY_ID:?}" "${AWS_SECRET_ACCESS_KEY:?}" "${SLESS_JWT_PUBLIC_KEY:?}"
+api_ready || die "the cluster is not up (hack/k8s/up.sh)"
+cd "$ROOT_DIR"
+REG=$(registry_addr)
+CRANE=$(crane_bin)
+
+log "building the operator image with sless's own builder"
+OPERATOR_IMAGE=$(go run ./hack/operator-image --to "$REG/sless/operator:dev")
+log "operator image $OPERATOR_IMAGE"
+
+go build -o "$K1N/bin/sless" ./cmd/sless
+"$HACK_DIR/build-bases.sh" python3.11 nodejs20 >/dev/null
+declare -A RT
+for rt in python3.11 nodejs20; do
+  base="$REG/sless/base-$rt:latest"
+  if [ "$("$CRANE" digest "$base" 2>/dev/null)" != "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$SLESS_CACHE/bases/$rt/index.json")" ]; then
+    log "pushing the $rt base"
+    "$CRANE" push "$SLESS_CACHE/bases/$rt" "$base" >/dev/null
+  fi
+  RT[$rt]=$("$K1N/bin/sless" runtime build --runtime "$rt" --base "$base" --to "$REG/sless/runtime-$rt:latest" --quiet)
+  log "runtime $rt: ${RT[$rt]}"
+done
+
+# A NodePort picked at run time (kube-proxy routes node-ip:port; nothing binds it on the host).
+PORT_FILE=$K1N/sless-api.nodeport
+if [ ! -s "$PORT_FILE" ]; then
+  python3 - > "$PORT_FILE" <<'PY'
+import random, socket
+used = set()
+for line in open("/proc/net/tcp").read().splitlines()[1:] + open("/proc/net/tcp6").read().splitlines()[1:]:
+    used.add(int(line.split()[1].rsplit(":", 1)[1], 16))
+print(random.choice([p for p in range(30000, 32768) if p not in used]))
+PY
+fi
+NODEPORT=$(cat "$PORT_FILE")
+ENDPOINT="http://$K1N_NODE_IP:$NODEPORT"
+
+log "secrets and the install overlay"
+kc create namespace sless-system --dry-run=client -o yaml | kc_apply -f - >/dev/null
+kc -n sless-system create secret generic sless-jwt --from-file=public.pem="$SLESS_JWT_PUBLIC_KEY" --dry-run=client -o yaml | kc_apply -f - >/dev/null
+kc -n sless-system create secret generic sless-s3 --from-literal=AWS_ACCESS_KEY_ID="$AWS_ACCESS_KEY_ID" \
+  --from-literal=AWS_SECRET_ACCESS_KEY="$AWS_SECRET_ACCESS_KEY" --dry-run=client -o yaml | kc_apply -f - >/dev/null
+kc -n sless-system create secret docker-registry sless-registry --docker-server="$REG" --docker-username=sless \
+  --docker-password=unused --dry-run=client -o yaml | kc_apply -f - >/dev/null
+OVERLAY=$K1N/sless-install
+rm -rf "$OVERLAY"; mkdir -p "$OVERLAY/e2e"
+cp -r operator/config "$OVERLAY/config"
+cat > "$OVERLAY/e2e/kustomization.yaml" <<YAML
+resources:
+  - ../config/default
+images:
+  - name: sless-operator
+    newName: ${OPERATOR_IMAGE%@*}
+    digest: ${OPERATOR_IMAGE#*@}
+patches:
+  - path: config.yaml
+  - path: service.yaml
+YAML
+cat > "$OVERLAY/e2e/config.yaml" <<YAML
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: sless-operator
+  namespace: sless-system
+data:
+  REGISTRY: "$REG"
+  PUBLIC_URL: "$ENDPOINT"
+  RUNTIME_PYTHON: "${RT[python3.11]}"
+  RUNTIME_NODE: "${RT[nodejs20]}"
+  OPERATOR_IMAGE: "$OPERATOR_IMAGE"
+  S3_ENDPOINT: "$SLESS_S3_ENDPOINT"
+  S3_BUCKET: "${SLESS_S3_BUCKET:-sless-code}"
+  PIP_INDEX_URL: "${SLESS_PIP_INDEX_URL:-}"
+  NPM_REGISTRY: "${SLESS_NPM_REGISTRY:-}"
+  DEPS_EGRESS: "${SLESS_DEPS_EGRESS:-$K1N_NODE_IP/32}"
+YAML
+cat > "$OVERLAY/e2e/service.yaml" <<YAML
+apiVersion: v1
+kind: Service
+metadata:
+  name: sless-api
+  namespace: sless-system
+spec:
+  type: NodePort
+  ports:
+    - name: http
+      port: 80
+      targetPort: 8080
+      nodePort: $NODEPORT
+YAML
+log "kubectl apply -k (CRDs, RBAC, the operator Deployment and Service)"
+kc apply -k "$OVERLAY/e2e" >/dev/null
+# A changed ConfigMap alone does not restart the pod; the image digest usually changes with it.
+kc -n sless-system rollout restart deploy/sless-operator >/dev/null
+if ! kc -n sless-system rollout status deploy/sless-operator --timeout=120s >/dev/null; then
+  kc -n sless-system get pods -o wide >&2 || true
+  for p in $(kc -n sless-system get pods -o name); do
+    kc -n sless-system describe "$p" | sed -n '/^Events:/,$p' | tail -8 >&2 || true
+    kc -n sless-system logs "$p" --tail=20 >&2 || kc -n sless-system logs "$p" --previous --tail=20 >&2 || true
+  done
+  die "the operator did not become ready"
+fi
+# The old pod's endpoint lingers in kube-proxy's rules for a moment after the rollout: wait for
+# five answers in a row.
+ok=0
+for i in $(seq 1 150); do
+  if curl -sf -m 2 "$ENDPOINT/readyz" >/dev/null; then ok=$((ok + 1)); [ $ok -ge 5 ] && break; else ok=0; fi
+  sleep 0.2
+done
+[ $ok -ge 5 ] || die "the API is not reachable at $ENDPOINT"
+cat > "$K1N/sless.env" <<ENV
+SLESS_ENDPOINT=$ENDPOINT
+REGISTRY=$REG
+OPERATOR_IMAGE=$OPERATOR_IMAGE
+RUNTIME_PYTHON=${RT[python3.11]}
+RUNTIME_NODE=${RT[nodejs20]}
+ENV
+log "sless installed: API and /fn/ at $ENDPOINT"
+echo "$ENDPOINT"
