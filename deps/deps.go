@@ -125,8 +125,9 @@ func (s Spec) Installer() (Installer, error) {
 		if s.IndexURL != "" {
 			in.Env = append(in.Env, "npm_config_registry="+s.IndexURL)
 		}
-		// npm installs into the working directory; the result moves to /out.
-		in.Argv = []string{"sh", "-c", "set -e; cp /in/* /work/; cd /work; " + cmd + "; if [ -d node_modules ]; then cp -a node_modules/. " + OutDir + "/; fi"}
+		// npm installs into the working directory; the result moves to /out. cp -R, not -a: a
+		// non-root installer cannot set the times of a /out it does not own (a Kubernetes emptyDir).
+		in.Argv = []string{"sh", "-c", "set -e; cp /in/* /work/; cd /work; " + cmd + "; if [ -d node_modules ]; then cp -R node_modules/. " + OutDir + "/; fi"}
 		return in, nil
 	}
 	return Installer{}, fmt.Errorf("%w: runtime %q has no dependency installer", ErrInvalidSpec, s.Runtime)

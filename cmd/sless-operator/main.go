@@ -163,11 +163,11 @@ func run(ctx context.Context, args []string) error {
 			PipIndexURL: *pipIndex, NPMRegistry: *npmRegistry, Insecure: *insecure}
 	}
 	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: scheme, Builder: builder, Code: code, Runtimes: rts,
-		Registry: *registry, PublicURL: *publicURL, Builds: make(chan struct{}, *builds), BuildTimeout: 5 * time.Minute, Deps: depsCfg,
+		Registry: *registry, PublicURL: *publicURL, Builds: make(chan struct{}, *builds), BuildTimeout: 5 * time.Minute, Deps: depsCfg, APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme, Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&controllers.TriggerReconciler{Client: mgr.GetClient(), Scheme: scheme, PublicURL: *publicURL, Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {

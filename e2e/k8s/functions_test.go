@@ -105,6 +105,7 @@ func post(url, body string) (int, string) {
 // Python and Node functions from the examples, through Terraform: pods run, /fn/ answers, and
 // kubectl shows what the operator made of them.
 func TestExamplesOnKubernetes(t *testing.T) {
+	t.Parallel()
 	py := example(t, "hello-python", subject("python"))
 	out := py.apply()
 	if code, body := get(out["url"] + "?name=k8s"); code != 200 || !strings.Contains(body, "hello, k8s") {

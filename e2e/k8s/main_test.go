@@ -229,3 +229,12 @@ func clusterUp(k1n string) bool {
 	body, err := c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
 	return err == nil && string(body) == "ok"
 }
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

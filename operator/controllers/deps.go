@@ -49,6 +49,9 @@ type depsOutcome struct {
 // errDepsNotConfigured is a function with manifests on an operator started without a deps cache.
 var errDepsNotConfigured = fmt.Errorf("%w: this platform has no dependency cache configured (sless-operator --operator-image)", deps.ErrInvalidSpec)
 
+// annotationBuildKey on a deps Job names the build (buildKey) that started it.
+const annotationBuildKey = "sless.dev/build-key"
+
 // depsJobName is unique per function and key, so a changed lockfile never waits on an old Job.
 func depsJobName(fn, key string) string {
 	return fn[:min(len(fn), 63-len("-deps-")-12)] + "-deps-" + key[:12]
@@ -100,21 +103,28 @@ func (r *FunctionReconciler) dependencies(ctx context.Context, fn *slessv1.Funct
 	if !errors.Is(err, deps.ErrNotFound) {
 		return nil, fmt.Errorf("reading the deps cache: %w", err)
 	}
+	build := buildKey(fn, r.Runtimes)
 	if out.job != "" {
 		done, ok := finished(&job)
 		if !done {
 			return out, nil
 		}
-		msg, err := podTerminationMessage(ctx, r.Client, &job)
+		if job.Annotations[annotationBuildKey] != build {
+			// A Job that failed for an earlier build of this function: this build retries it.
+			if err := r.deleteDepsJob(ctx, fn.Namespace, job.Name); err != nil {
+				return nil, err
+			}
+			return out, nil // its deletion brings us back to start the new one
+		}
+		// The failed Job stays (its pod's logs say why) until a new build replaces it or the
+		// Function goes; a stale read of the Function sees it and reports the same failure
+		// instead of starting another install.
+		msg, err := podTerminationMessage(ctx, uncached(r.APIReader, r.Client), &job)
 		if err != nil {
 			return nil, err
 		}
 		if msg == "" {
 			msg = jobConditionMessage(&job)
-		}
-		// Gone, so that a retry (a new upload or spec) runs the install again.
-		if err := r.deleteDepsJob(ctx, fn.Namespace, job.Name); err != nil {
-			return nil, err
 		}
 		if ok {
 			msg = fmt.Sprintf("deps Job %s completed but %s:%s is not in the registry; %s", job.Name, r.Deps.Repo, key, msg)
@@ -128,6 +138,7 @@ func (r *FunctionReconciler) dependencies(ctx context.Context, fn *slessv1.Funct
 	j, cm := resources.MakeDepsJob(resources.DepsJob{Namespace: fn.Namespace, Name: jobKey.Name, Function: fn.Name,
 		RuntimeImage: spec.RuntimeImage, Argv: in.Argv, Env: in.Env, Manifests: files, OperatorImage: r.Deps.OperatorImage,
 		PushTo: r.Deps.Repo + ":" + key, DepsDir: rt.DepsDir, Insecure: r.Deps.Insecure})
+	j.Annotations = map[string]string{annotationBuildKey: build}
 	for _, obj := range []client.Object{cm, j} {
 		if err := controllerutil.SetControllerReference(fn, obj, r.Scheme); err != nil {
 			return nil, err
@@ -141,7 +152,8 @@ func (r *FunctionReconciler) dependencies(ctx context.Context, fn *slessv1.Funct
 	return out, nil
 }
 
-// deleteDepsJob removes a finished deps Job and its manifests (pods go with the Job).
+// deleteDepsJob removes a finished deps Job and its manifests (pods go with the Job, in the
+// background).
 func (r *FunctionReconciler) deleteDepsJob(ctx context.Context, ns, name string) error {
 	bg := client.PropagationPolicy("Background")
 	if err := r.Delete(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, bg); client.IgnoreNotFound(err) != nil {
@@ -157,6 +169,14 @@ func jobConditionMessage(job *batchv1.Job) string {
 		}
 	}
 	return ""
+}
+
+// uncached is the API reader when there is one.
+func uncached(api client.Reader, c client.Client) client.Reader {
+	if api != nil {
+		return api
+	}
+	return c
 }
 
 // podTerminationMessage is what a Job's pod said as it ended: the termination message (or, without

@@ -139,12 +139,23 @@ func TestDependenciesJob(t *testing.T) {
 			!strings.Contains(f.Status.Message, "No matching distribution found for nosuchpkg") {
 			t.Errorf("status %q %+v", f.Status.Message, c)
 		}
-		eventually(t, "the failed Job removed (a retry runs it again)", func() bool { return len(depsJobs("bad")) == 0 })
 		rv := e.fn("bad").ResourceVersion
 		time.Sleep(time.Second)
-		if got := e.fn("bad").ResourceVersion; got != rv || len(depsJobs("bad")) != 0 {
-			t.Errorf("the failed function is retried in a loop (%s → %s, %d jobs)", rv, got, len(depsJobs("bad")))
+		if got := e.fn("bad").ResourceVersion; got != rv {
+			t.Errorf("the failed function is retried in a loop (%s → %s)", rv, got)
 		}
+		if jobs := depsJobs("bad"); len(jobs) != 1 || jobs[0].UID != j.UID {
+			t.Errorf("the failed Job must stay (its logs say why), and no other start: %d jobs", len(jobs))
+		}
+		// A new upload (same requirements) is a retry: the failed Job is replaced by a new one.
+		f.Spec.CodeSHA256 = e.upload("bad", map[string]string{"handler.py": "def handle(e):\n    return 1\n", "requirements.txt": "nosuchpkg==9.9\n"})
+		if err := e.c.Update(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "a new deps Job for the retry", func() bool {
+			jobs := depsJobs("bad")
+			return len(jobs) == 1 && jobs[0].UID != j.UID && e.fn("bad").Status.Phase == slessv1.PhaseBuilding
+		})
 	})
 	t.Run("dependencies on an operator without a deps cache: a clear error", func(t *testing.T) {
 		e2 := newFnEnv(t, "sless-00000000000000df")

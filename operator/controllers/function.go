@@ -56,6 +56,9 @@ type FunctionReconciler struct {
 	// Builds bounds concurrent builds; BuildTimeout bounds one.
 	Builds       chan struct{}
 	BuildTimeout time.Duration
+	// APIReader reads what the cache may not have caught up with yet (a deps Job's pod status when
+	// the Job already failed); nil reads through Client.
+	APIReader client.Reader
 	// Deps installs dependencies on a cache miss; nil refuses functions that declare any.
 	Deps *DepsConfig
 	// Recorder, when set, records build outcomes as Events on the Function, so

@@ -34,6 +34,9 @@ const (
 type FunctionJobReconciler struct {
 	client.Client
 	Scheme *runtime.Scheme
+	// APIReader reads the finished Job's pod, whose status the cache may not have yet; nil reads
+	// through Client.
+	APIReader client.Reader
 	// Recorder, when set, records each run's start and outcome as Events on the FunctionJob.
 	Recorder record.EventRecorder
 }
@@ -100,7 +103,7 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if !done {
 			return ctrl.Result{}, nil // the Job's status change brings us back (Owns)
 		}
-		msg, err := podTerminationMessage(ctx, r.Client, &job)
+		msg, err := podTerminationMessage(ctx, uncached(r.APIReader, r.Client), &job)
 		if err != nil {
 			return ctrl.Result{}, err
 		}

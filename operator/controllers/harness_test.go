@@ -67,7 +67,7 @@ func (e *fnEnv) start(configure func(*controllers.FunctionReconciler)) (*control
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Client, r.Scheme, r.Recorder = mgr.GetClient(), mgr.GetScheme(), mgr.GetEventRecorderFor("sless-operator")
+	r.Client, r.APIReader, r.Scheme, r.Recorder = mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), mgr.GetEventRecorderFor("sless-operator")
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
