@@ -31,7 +31,7 @@ func TestKeyGolden(t *testing.T) {
 		{"pip, tenant-scoped", pySpec("requests==2.31.0\n", "sless-0000000000000001"), "df253d4f6aa8d055fdcc6a3d072530f0a58922b1b4c43ef9c8afa44cd65bbede"},
 		{"pip, pinned with hashes (shared)", pySpec(pinned, "sless-0000000000000001"), "8c41e96d776328ba4a576aceced9667d3891f62fb7008abebe3473a6de9be9db"},
 		{"npm with lockfile", deps.Spec{Runtime: "nodejs20", RuntimeImage: "r@sha256:" + strings.Repeat("b", 64), Namespace: "sless-0000000000000002",
-			Files: map[string][]byte{deps.PackageJSON: []byte(`{"dependencies":{"is-number":"7.0.0"}}`), deps.PackageLock: []byte(`{"lockfileVersion":3,"packages":{"":{},"node_modules/is-number":{"version":"7.0.0"}}}`)}}, "3b94ba5471bff93ea83f7d197af57b7bf91134de8ae09b98e45c6315af66382f"},
+			Files: map[string][]byte{deps.PackageJSON: []byte(`{"dependencies":{"is-number":"7.0.0"}}`), deps.PackageLock: []byte(`{"lockfileVersion":3,"packages":{"":{},"node_modules/is-number":{"version":"7.0.0"}}}`)}}, "00bc027a99d9c88b25b8fa82be99f1272ccd2372d56870f6ebbdfd50d22b22ba"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k, err := deps.Key(tc.spec)
