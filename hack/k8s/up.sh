@@ -65,8 +65,17 @@ trap 'rc=$?; [ $rc -eq 0 ] || [ -n "${_k1n_failing:-}" ] || fail up.sh "unexpect
 start() {
   local name=$1; shift
   setsid "$@" > "$K1N/logs/$name.log" 2>&1 < /dev/null 8>&- &   # 8: the lock, not theirs to hold
-  echo $! > "$K1N/$name.pid"
+  local pid=$!
+  echo $pid > "$K1N/$name.pid"
   disown   # not our job any more: no "Killed" notice when down.sh stops it
+  # Until the fork has exec'd, its command line is this script's, which pid_of does not accept:
+  # on a busy machine a readiness check right after start would take it for an exit.
+  local i
+  for i in $(seq 1 100); do
+    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$K1N/" && break
+    [ -d "/proc/$pid" ] || break
+    sleep 0.02
+  done
 }
 # wait_until WHAT TIMEOUT "COMPONENTS" CMD...: poll CMD; fail fast if a component exits meanwhile.
 wait_until() {

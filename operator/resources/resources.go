@@ -94,11 +94,14 @@ func memory(fn *slessv1.Function) corev1.ResourceRequirements {
 func DeploymentName(fn string) string { return fn }
 func ServiceName(fn string) string    { return fn }
 
+// preStopSleep is how long a function pod keeps serving after it is told to stop.
+const preStopSleep = 3
+
 // MakeDeployment is a function's Deployment: its image pinned by digest, replicas as the Function
 // reconciler decides (0 when its http triggers are all disabled), ready when /health answers.
 func MakeDeployment(fn *slessv1.Function, image string, replicas int32) *appsv1.Deployment {
 	labels := Labels(fn.Name, "function")
-	grace := int64(max(fn.Spec.TimeoutSec, 1) + 5)
+	grace := int64(max(fn.Spec.TimeoutSec, 1) + 5 + preStopSleep)
 	pod := corev1.PodSpec{
 		TerminationGracePeriodSeconds: &grace,
 		Containers: []corev1.Container{{
@@ -111,6 +114,10 @@ func MakeDeployment(fn *slessv1.Function, image string, replicas int32) *appsv1.
 				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromInt32(Port)}},
 				PeriodSeconds: 1, FailureThreshold: 3,
 			},
+			// A terminating pod keeps serving while its endpoint is withdrawn (kube-proxy and the
+			// proxy's connections lag the deletion by up to a second or so); without this, a rollout
+			// drops the requests routed to an old pod that already exited.
+			Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: preStopSleep}}},
 		}},
 	}
 	restrictedPod(&pod)

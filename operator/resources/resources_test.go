@@ -75,7 +75,10 @@ func TestMakeDeployment(t *testing.T) {
 	if c.ReadinessProbe.HTTPGet.Path != "/health" || c.ReadinessProbe.HTTPGet.Port.IntValue() != 8080 {
 		t.Errorf("readiness %+v", c.ReadinessProbe)
 	}
-	if *d.Spec.Template.Spec.TerminationGracePeriodSeconds != 65 {
+	if ls := d.Spec.Template.Spec.Containers[0].Lifecycle; ls == nil || ls.PreStop == nil || ls.PreStop.Sleep == nil || ls.PreStop.Sleep.Seconds != 3 {
+		t.Errorf("no preStop sleep: %+v", ls)
+	}
+	if *d.Spec.Template.Spec.TerminationGracePeriodSeconds != 68 {
 		t.Errorf("grace %d", *d.Spec.Template.Spec.TerminationGracePeriodSeconds)
 	}
 	if d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 {
