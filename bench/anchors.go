@@ -4,11 +4,12 @@ import (
 	"context"
 
 	"fmt"
-	"github.com/sless-dev/sless/local"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/sless-dev/sless/local"
 )
 
 const kanikoImage = "localhost/sless-bench/kaniko:v1.23.2"

@@ -51,6 +51,11 @@ func run(ctx context.Context, c config) error {
 			return fmt.Errorf("proxy: %w", err)
 		}
 	}
+	if want["k8s"] {
+		if err := benchK8s(ctx, c, work); err != nil {
+			return fmt.Errorf("k8s: %w", err)
+		}
+	}
 	if want["up"] {
 		if err := benchUp(ctx, c, work, slessBin); err != nil {
 			return fmt.Errorf("sless up: %w", err)

@@ -16,40 +16,17 @@ import (
 // the new code answers on /fn/, and a `terraform plan` with no change (Terraform's own fixed cost:
 // process, provider plugin, refresh, plan).
 func benchTerraform(ctx context.Context, c config, work, slessBin string) error {
-	root, _ := repoRoot()
-	tf, err := findTool("terraform")
-	if err != nil {
-		return err
-	}
 	cl, stop, err := startSlessUp(ctx, work, slessBin, "tf-data")
 	if err != nil {
 		return err
 	}
 	defer stop()
-	provDir := filepath.Join(work, "provider")
-	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(provDir, "terraform-provider-sless"), "./cmd/terraform-provider-sless")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the provider: %v\n%s", err, out)
+	tfr, err := newTerraform(ctx, work, "tf-hello", cl.Endpoint(), tokenOf(work, "tf-data"))
+	if err != nil {
+		return err
 	}
-	rc := filepath.Join(work, "terraformrc")
-	os.WriteFile(rc, []byte(fmt.Sprintf("provider_installation {\n  dev_overrides { %q = %q }\n  direct {}\n}\n", "terra.k8c.ru/naeel/sless", provDir)), 0o644)
-	dir := filepath.Join(work, "tf-hello")
-	if out, err := exec.Command("cp", "-r", filepath.Join(root, "examples", "hello-python"), dir).CombinedOutput(); err != nil {
-		return fmt.Errorf("%v %s", err, out)
-	}
-	env := append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc, "CHECKPOINT_DISABLE=1", "TF_IN_AUTOMATION=1",
-		"SLESS_ENDPOINT="+cl.Endpoint(), "SLESS_API_TOKEN="+tokenOf(work, "tf-data"))
-	terraform := func(args ...string) (time.Duration, error) {
-		cmd := exec.CommandContext(ctx, tf, args...)
-		cmd.Dir, cmd.Env = dir, env
-		start := time.Now()
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return 0, fmt.Errorf("terraform %s: %v\n%s", args[0], err, out)
-		}
-		return time.Since(start), nil
-	}
+	dir := tfr.dir
+	terraform := func(args ...string) (time.Duration, error) { return tfr.run(ctx, args...) }
 	if _, err := terraform("apply", "-auto-approve", "-input=false"); err != nil {
 		return err
 	}
@@ -100,6 +77,48 @@ func benchTerraform(ctx context.Context, c config, work, slessBin string) error 
 	fmt.Printf("\n| target | measured | verdict |\n|---|---|---|\n| apply of a one-line change ≤ 3 s in total | %s ms | %s |\n", ms(applies.median()), v)
 	fmt.Println("\nThe platform's share is the `sless up` table's upload → new response figure, measured in the same run.")
 	return nil
+}
+
+// tfRunner runs the real Terraform CLI on a copy of examples/hello-python with the provider built
+// from this tree (dev_overrides: no init).
+type tfRunner struct {
+	tf, dir string
+	env     []string
+}
+
+func newTerraform(ctx context.Context, work, name, endpoint, token string) (*tfRunner, error) {
+	root, _ := repoRoot()
+	tf, err := findTool("terraform")
+	if err != nil {
+		return nil, err
+	}
+	provDir := filepath.Join(work, "provider")
+	if _, err := os.Stat(filepath.Join(provDir, "terraform-provider-sless")); err != nil {
+		build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(provDir, "terraform-provider-sless"), "./cmd/terraform-provider-sless")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("building the provider: %v\n%s", err, out)
+		}
+	}
+	rc := filepath.Join(work, "terraformrc")
+	os.WriteFile(rc, []byte(fmt.Sprintf("provider_installation {\n  dev_overrides { %q = %q }\n  direct {}\n}\n", "terra.k8c.ru/naeel/sless", provDir)), 0o644)
+	dir := filepath.Join(work, name)
+	if out, err := exec.Command("cp", "-r", filepath.Join(root, "examples", "hello-python"), dir).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("%v %s", err, out)
+	}
+	return &tfRunner{tf: tf, dir: dir, env: append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc, "CHECKPOINT_DISABLE=1", "TF_IN_AUTOMATION=1",
+		"SLESS_ENDPOINT="+endpoint, "SLESS_API_TOKEN="+token)}, nil
+}
+
+func (r *tfRunner) run(ctx context.Context, args ...string) (time.Duration, error) {
+	cmd := exec.CommandContext(ctx, r.tf, args...)
+	cmd.Dir, cmd.Env = r.dir, r.env
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("terraform %s: %v\n%s", args[0], err, out)
+	}
+	return time.Since(start), nil
 }
 
 func tokenOf(work, dataName string) string {

@@ -119,9 +119,17 @@ func TestOperatorBinary(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The Deployment is applied right after the status names the image, in the same reconcile.
 	var dep appsv1.Deployment
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace(), Name: "hello"}, &dep); err != nil {
-		t.Fatalf("deployment: %v", err)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace(), Name: "hello"}, &dep)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deployment: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if dep.Spec.Template.Spec.Containers[0].Image != f.Status.Image {
 		t.Errorf("deployment runs %s, built %s", dep.Spec.Template.Spec.Containers[0].Image, f.Status.Image)

@@ -32,7 +32,7 @@ func example(t *testing.T, name, subject string) *tfDir {
 		t.Fatalf("copying %s: %v %s", name, err, out)
 	}
 	tenant(t, subject)
-	d := &tfDir{t: t, dir: dir, env: testenv.TerraformEnv(t, cluster.endpoint, token(t, subject)), subject: subject}
+	d := &tfDir{t: t, dir: dir, env: testenv.TerraformEnv(t, cluster.Endpoint, token(t, subject)), subject: subject}
 	t.Cleanup(func() {
 		cmd := exec.Command(cluster.terraform, "destroy", "-auto-approve", "-input=false", "-no-color")
 		cmd.Dir, cmd.Env = d.dir, d.env

@@ -52,7 +52,7 @@ func deploy(t *testing.T, c *apiclient.Client, fn, runtime string, files map[str
 
 func deployment(t *testing.T, ns, name string) *appsv1.Deployment {
 	var d appsv1.Deployment
-	if err := cluster.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &d); err != nil {
+	if err := cluster.Kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &d); err != nil {
 		return nil
 	}
 	return &d
@@ -121,10 +121,10 @@ func TestDependenciesInstalledByAJobInAPod(t *testing.T) {
 	t.Parallel()
 	c := tenant(t, subject("deps"))
 	ns := c.Namespace()
-	pj, lock := cluster.npm.Manifests("fn", "leftpad-sless")
+	pj, lock := cluster.NPM.Manifests("fn", "leftpad-sless")
 	files := map[string]string{"package.json": pj, "package-lock.json": lock,
 		"handler.js": "const pad = require('leftpad-sless');\nexports.handle = async () => ({ padded: pad(42, 6) });\n"}
-	tarballs := cluster.npm.Tarballs.Load()
+	tarballs := cluster.NPM.Tarballs.Load()
 	var sawJob atomic.Bool
 	stop := make(chan struct{})
 	go func() { // the Job is removed once its layer is used: watch for it while the build waits
@@ -135,7 +135,7 @@ func TestDependenciesInstalledByAJobInAPod(t *testing.T) {
 			case <-time.After(100 * time.Millisecond):
 			}
 			var jobs batchv1.JobList
-			cluster.kube.List(context.Background(), &jobs, client.InNamespace(ns), client.MatchingLabels{"sless.dev/role": "deps"})
+			cluster.Kube.List(context.Background(), &jobs, client.InNamespace(ns), client.MatchingLabels{"sless.dev/role": "deps"})
 			if len(jobs.Items) > 0 {
 				sawJob.Store(true)
 			}
@@ -146,20 +146,20 @@ func TestDependenciesInstalledByAJobInAPod(t *testing.T) {
 	if f.Status.Build == nil || f.Status.Build.DepsKey == "" || f.Status.Build.DepsCached {
 		t.Errorf("build %+v", f.Status.Build)
 	}
-	if !sawJob.Load() || cluster.npm.Tarballs.Load() == tarballs {
-		t.Errorf("no deps Job ran in a pod (job seen %v, tarball downloads %d → %d)", sawJob.Load(), tarballs, cluster.npm.Tarballs.Load())
+	if !sawJob.Load() || cluster.NPM.Tarballs.Load() == tarballs {
+		t.Errorf("no deps Job ran in a pod (job seen %v, tarball downloads %d → %d)", sawJob.Load(), tarballs, cluster.NPM.Tarballs.Load())
 	}
 	if code, body := get(f.Status.URL); code != 200 || !strings.Contains(body, `"padded":"000042"`) {
 		t.Fatalf("/fn/: %d %s", code, body)
 	}
-	tarballs = cluster.npm.Tarballs.Load()
+	tarballs = cluster.NPM.Tarballs.Load()
 	files["handler.js"] = "const pad = require('leftpad-sless');\nexports.handle = async () => ({ padded: pad(7, 3) });\n"
 	g := deploy(t, c, "pad2", "nodejs20", files)
-	if g.Status.Build == nil || !g.Status.Build.DepsCached || g.Status.Build.DepsKey != f.Status.Build.DepsKey || cluster.npm.Tarballs.Load() != tarballs {
-		t.Errorf("same lockfile: build %+v, tarball downloads %d → %d", g.Status.Build, tarballs, cluster.npm.Tarballs.Load())
+	if g.Status.Build == nil || !g.Status.Build.DepsCached || g.Status.Build.DepsKey != f.Status.Build.DepsKey || cluster.NPM.Tarballs.Load() != tarballs {
+		t.Errorf("same lockfile: build %+v, tarball downloads %d → %d", g.Status.Build, tarballs, cluster.NPM.Tarballs.Load())
 	}
 	var evs corev1.EventList
-	cluster.kube.List(context.Background(), &evs, client.InNamespace(ns))
+	cluster.Kube.List(context.Background(), &evs, client.InNamespace(ns))
 	for _, e := range evs.Items {
 		if e.InvolvedObject.Name == "pad2" && e.Reason == "InstallingDependencies" {
 			t.Errorf("pad2 started a deps Job: %s", e.Message)
@@ -181,7 +181,7 @@ func TestJobResultFromTerminationMessage(t *testing.T) {
 	}
 	ns := apiv1.NamespaceFor(d.subject)
 	var pods corev1.PodList
-	cluster.kube.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"sless.dev/role": "job"})
+	cluster.Kube.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"sless.dev/role": "job"})
 	found := false
 	for _, p := range pods.Items {
 		for _, cs := range p.Status.ContainerStatuses {
@@ -210,7 +210,7 @@ func TestCronTriggerFires(t *testing.T) {
 			return false
 		}
 		var jobs batchv1.JobList
-		cluster.kube.List(ctx, &jobs, client.InNamespace(c.Namespace()), client.MatchingLabels{"sless.dev/role": "cron"})
+		cluster.Kube.List(ctx, &jobs, client.InNamespace(c.Namespace()), client.MatchingLabels{"sless.dev/role": "cron"})
 		for _, j := range jobs.Items {
 			if j.Status.Succeeded > 0 {
 				return true
@@ -254,7 +254,7 @@ func TestPodsRunRestricted(t *testing.T) {
 	c := tenant(t, subject("restricted"))
 	deploy(t, c, "probe", "python3.11", map[string]string{"handler.py": "def handle(event):\n    return 'ok'\n"})
 	var pods corev1.PodList
-	cluster.kube.List(context.Background(), &pods, client.InNamespace(c.Namespace()), client.MatchingLabels{"sless.dev/function": "probe"})
+	cluster.Kube.List(context.Background(), &pods, client.InNamespace(c.Namespace()), client.MatchingLabels{"sless.dev/function": "probe"})
 	if len(pods.Items) == 0 {
 		t.Fatal("no pod")
 	}
@@ -281,7 +281,7 @@ func TestDestroyRemovesEverything(t *testing.T) {
 	d := example(t, "hello-python", subject("destroy"))
 	out := d.apply()
 	ns := apiv1.NamespaceFor(d.subject)
-	c, _ := apiclient.New(cluster.endpoint, token(t, d.subject))
+	c, _ := apiclient.New(cluster.Endpoint, token(t, d.subject))
 	f, err := c.GetFunction(context.Background(), "hello-python")
 	if err != nil {
 		t.Fatal(err)
@@ -290,13 +290,13 @@ func TestDestroyRemovesEverything(t *testing.T) {
 	waitFor(t, "the Deployment and Service gone", time.Minute, func() bool {
 		var svc corev1.Service
 		return deployment(t, ns, "hello-python") == nil &&
-			client.IgnoreNotFound(cluster.kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "hello-python"}, &svc)) == nil && svc.Name == ""
+			client.IgnoreNotFound(cluster.Kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "hello-python"}, &svc)) == nil && svc.Name == ""
 	})
 	ref, _ := name.NewDigest(out["image"])
 	if _, err := remote.Head(ref); err == nil {
 		t.Errorf("image %s still in the registry", out["image"])
 	}
-	if ok, err := cluster.code.Exists(context.Background(), api.CodeKey(ns, "hello-python", f.Status.CodeSHA256)); ok || err != nil {
+	if ok, err := cluster.Code.Exists(context.Background(), api.CodeKey(ns, "hello-python", f.Status.CodeSHA256)); ok || err != nil {
 		t.Errorf("stored code still there (%v)", err)
 	}
 }

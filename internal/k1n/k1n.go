@@ -1,0 +1,191 @@
+// Package k1n brings up the single-node Kubernetes of hack/k8s/ with sless installed into it (the
+// operator image built by sless, operator/config applied with kubectl), plus what the platform
+// needs beside the cluster on the bridge address (S3, an npm mirror), for the real-cluster e2e
+// tests and benchmarks. It leaves the machine as it found it: a cluster it started is torn down.
+package k1n
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sless-dev/sless/api/codestore"
+	"github.com/sless-dev/sless/internal/kubetest"
+	"github.com/sless-dev/sless/internal/testenv"
+)
+
+// NodeIP is where pods reach the host (the cluster's bridge address, hack/k8s/common.sh).
+const NodeIP = "10.88.0.1"
+
+// Env is a running cluster with sless installed.
+type Env struct {
+	Dir      string // the cluster's state directory ($K1N)
+	Endpoint string // the REST API and /fn/, on the operator Service's NodePort
+	Registry string // the cluster's registry (host:port), reachable from the host and from pods
+	Kube     client.Client
+	Kubectl  []string             // kubectl with the admin kubeconfig
+	Code     *codestore.S3        // the code store the operator uses
+	NPM      *testenv.NPMRegistry // an npm registry on the bridge address serving leftpad-sless
+	key      *rsa.PrivateKey
+	log      io.Writer
+	closers  []func()
+}
+
+// MissingError is a component the environment cannot run without.
+type MissingError struct {
+	What string
+	Err  error
+}
+
+func (e *MissingError) Error() string { return e.What + ": " + e.Err.Error() }
+
+// Start builds what is missing (cached), brings the cluster up (unless it is up already), starts
+// MinIO and the npm mirror on the bridge address and installs sless. Progress goes to log.
+func Start(log io.Writer) (_ *Env, err error) {
+	e := &Env{log: log}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	if os.Geteuid() != 0 {
+		return nil, &MissingError{"root (the cluster sets up a bridge, iptables rules and mounts)", fmt.Errorf("euid %d", os.Geteuid())}
+	}
+	minio, err := testenv.Tool("minio")
+	if err != nil {
+		return nil, &MissingError{"minio (hack/install-go-tools.sh minio)", err}
+	}
+	e.Dir = os.Getenv("K1N")
+	if e.Dir == "" {
+		e.Dir = filepath.Join(testenv.CacheDir(), "k1n")
+	}
+	if _, err := e.script(nil, "build.sh"); err != nil {
+		return nil, &MissingError{"the Kubernetes binaries (hack/k8s/build.sh)", err}
+	}
+	wasUp := up(e.Dir)
+	if !wasUp {
+		// Registered first, so it runs last: the cluster goes, and every host change with it.
+		e.closers = append(e.closers, func() { e.script(nil, "down.sh") })
+	}
+	if _, err := e.script(nil, "up.sh"); err != nil {
+		return nil, &MissingError{"a running cluster (hack/k8s/up.sh)", err}
+	}
+
+	tmp, err := os.MkdirTemp("", "sless-k1n-")
+	if err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, func() { os.RemoveAll(tmp) })
+	s3, stopS3, err := testenv.StartMinIO(minio, NodeIP, tmp)
+	if err != nil {
+		return nil, &MissingError{"MinIO on the bridge address", err}
+	}
+	e.closers = append(e.closers, stopS3)
+	e.NPM, err = testenv.StartNPMRegistry(NodeIP, testenv.NPMPackage{Name: "leftpad-sless", Version: "1.2.3",
+		Files: map[string]string{"index.js": "module.exports = (s, n) => String(s).padStart(n, '0');\n"}})
+	if err != nil {
+		return nil, &MissingError{"an npm registry on the bridge address", err}
+	}
+	e.closers = append(e.closers, e.NPM.Close)
+	e.key, _ = rsa.GenerateKey(rand.Reader, 2048)
+	der, _ := x509.MarshalPKIXPublicKey(&e.key.PublicKey)
+	pub := filepath.Join(tmp, "jwt.pem")
+	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644); err != nil {
+		return nil, err
+	}
+	out, err := e.script([]string{"SLESS_S3_ENDPOINT=" + s3.Endpoint, "SLESS_JWT_PUBLIC_KEY=" + pub, "SLESS_NPM_REGISTRY=" + e.NPM.URL,
+		"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey}, "install-sless.sh")
+	if err != nil {
+		return nil, &MissingError{"sless installed in the cluster (hack/k8s/install-sless.sh)", err}
+	}
+	e.Endpoint = out[strings.LastIndex(out, "\n")+1:]
+	env, _ := os.ReadFile(filepath.Join(e.Dir, "sless.env"))
+	for _, line := range strings.Split(string(env), "\n") {
+		if v, ok := strings.CutPrefix(line, "REGISTRY="); ok {
+			e.Registry = v
+		}
+	}
+	kubeconfig := filepath.Join(e.Dir, "admin.kubeconfig")
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if e.Kube, err = client.New(cfg, client.Options{Scheme: kubetest.Scheme()}); err != nil {
+		return nil, err
+	}
+	e.Kubectl = []string{filepath.Join(e.Dir, "bin", "kubectl"), "--kubeconfig", kubeconfig}
+	e.Code, err = codestore.NewS3(context.Background(), codestore.S3Config{Bucket: "sless-code", Endpoint: s3.Endpoint,
+		Region: "us-east-1", AccessKey: s3.AccessKey, SecretKey: s3.SecretKey})
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close stops what Start started, the cluster last (if Start brought it up).
+func (e *Env) Close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+	e.closers = nil
+}
+
+// Token is an RS256 token for subject, signed with the key the installed API trusts.
+func (e *Env) Token(subject string) (string, error) {
+	return jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"sub": subject, "iat": time.Now().Unix(),
+		"exp": time.Now().Add(2 * time.Hour).Unix()}).SignedString(e.key)
+}
+
+// script runs a hack/k8s script, passing its progress lines through; it returns stdout.
+func (e *Env) script(env []string, name string, args ...string) (string, error) {
+	cmd := exec.Command("bash", append([]string{filepath.Join(testenv.ModuleRoot(), "hack", "k8s", name)}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var out strings.Builder
+	cmd.Stdout = &out
+	pr, pw := io.Pipe()
+	cmd.Stderr = pw
+	done := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			fmt.Fprintln(e.log, sc.Text())
+		}
+		close(done)
+	}()
+	start := time.Now()
+	err := cmd.Run()
+	pw.Close()
+	<-done
+	fmt.Fprintf(e.log, "k1n: %s took %.1f s\n", name, time.Since(start).Seconds())
+	return strings.TrimSpace(out.String()), err
+}
+
+// up reports whether a cluster already answers on this state directory.
+func up(dir string) bool {
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "admin.kubeconfig"))
+	if err != nil {
+		return false
+	}
+	cfg.Timeout = 2 * time.Second
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return false
+	}
+	body, err := c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
+	return err == nil && string(body) == "ok"
+}
