@@ -9,10 +9,14 @@ package kubestore
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"sort"
+	"strconv"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -27,6 +31,7 @@ import (
 // +kubebuilder:rbac:groups=sless.dev,resources=functions;triggers;functionjobs,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=sless.dev,resources=functions/status;triggers/status;functionjobs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges;secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create
 
@@ -51,6 +56,50 @@ func notFound(err error, ns, name string) error {
 		return fmt.Errorf("%s/%s: %w", ns, name, api.ErrAlreadyExists)
 	}
 	return err
+}
+
+// EndpointResolver routes /fn/ to a ready pod behind the function's Service, read from the
+// Service's EndpointSlices (a cached client makes that a memory lookup). Going to the pod instead
+// of the Service's virtual IP has two effects that matter for a rollout: a kept-alive connection
+// is not pinned by conntrack to an old pod that is draining, so requests reach a new pod the
+// moment it is Ready; and a pod that is ready is reachable before kube-proxy reprograms the
+// virtual IP. Pods that are terminating or not ready are skipped; requests spread round-robin.
+type EndpointResolver struct {
+	Reader client.Reader
+	next   atomic.Uint64
+}
+
+// Resolve returns http://<pod IP>:<port> of a ready endpoint, or *api.NotReadyError.
+func (r *EndpointResolver) Resolve(ctx context.Context, ns, name string) (*url.URL, error) {
+	var l discoveryv1.EndpointSliceList
+	if err := r.Reader.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+		return nil, err
+	}
+	var ready []string
+	for _, sl := range l.Items {
+		if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
+			continue
+		}
+		port := int32(resources.Port)
+		for _, p := range sl.Ports {
+			if p.Port != nil && (p.Name == nil || *p.Name == "" || *p.Name == "http") {
+				port = *p.Port
+			}
+		}
+		for _, ep := range sl.Endpoints {
+			if (ep.Conditions.Ready != nil && !*ep.Conditions.Ready) || (ep.Conditions.Terminating != nil && *ep.Conditions.Terminating) {
+				continue
+			}
+			for _, a := range ep.Addresses {
+				ready = append(ready, net.JoinHostPort(a, strconv.Itoa(int(port))))
+			}
+		}
+	}
+	if len(ready) == 0 {
+		return nil, &api.NotReadyError{Reason: "no ready instance"}
+	}
+	sort.Strings(ready) // slices come in any order; the rotation should not depend on it
+	return &url.URL{Scheme: "http", Host: ready[r.next.Add(1)%uint64(len(ready))]}, nil
 }
 
 // ServiceResolver routes /fn/ to a function's Service through cluster DNS.

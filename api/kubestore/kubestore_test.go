@@ -15,6 +15,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/api"
@@ -170,4 +172,55 @@ func get(t *testing.T, u string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// /fn/ goes to a ready pod of the function's Service: read from its EndpointSlices (created here:
+// envtest runs no EndpointSlice controller), skipping endpoints that are not ready or terminating,
+// round-robin over the rest.
+func TestEndpointResolver(t *testing.T) {
+	env := kubetest.Start(t)
+	ctx := context.Background()
+	ns := "sless-00000000000000e1"
+	env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	r := &kubestore.EndpointResolver{Reader: env.Client}
+	var nr *api.NotReadyError
+	if _, err := r.Resolve(ctx, ns, "fn"); !errors.As(err, &nr) {
+		t.Fatalf("no endpoints: %v", err)
+	}
+	yes, no := true, false
+	port, portName := int32(8080), ""
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "fn-abc", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: "fn"}},
+		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: &portName, Port: &port}},
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.88.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: &no}},
+			{Addresses: []string{"10.88.0.8"}, Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}},
+		}}
+	if err := env.Client.Create(ctx, slice); err != nil {
+		t.Fatal(err)
+	}
+	other := slice.DeepCopy()
+	other.Name, other.Labels, other.ResourceVersion = "other-abc", map[string]string{discoveryv1.LabelServiceName: "other"}, ""
+	other.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"10.88.0.99"}, Conditions: discoveryv1.EndpointConditions{Ready: &yes}}}
+	if err := env.Client.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Resolve(ctx, ns, "fn"); !errors.As(err, &nr) {
+		t.Fatalf("only unready and terminating endpoints (and another service's): %v", err)
+	}
+	slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.88.0.9"}, Conditions: discoveryv1.EndpointConditions{Ready: &yes}},
+		discoveryv1.Endpoint{Addresses: []string{"10.88.0.10"}})
+	if err := env.Client.Update(ctx, slice); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for i := 0; i < 4; i++ {
+		u, err := r.Resolve(ctx, ns, "fn")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[u.Host]++
+	}
+	if len(seen) != 2 || seen["10.88.0.9:8080"] != 2 || seen["10.88.0.10:8080"] != 2 {
+		t.Errorf("picked %v, want 10.88.0.9:8080 and 10.88.0.10:8080 in turn", seen)
+	}
 }

@@ -181,6 +181,8 @@ func run(ctx context.Context, args []string) error {
 	}
 	backend := kubestore.New(direct, code, resources.TenantConfig{OperatorNamespace: *operatorNS, DockerConfigJSON: dockerConfig,
 		DepsEgress: splitList(*depsEgress)})
+	// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
+	backend.Resolver = &kubestore.EndpointResolver{Reader: mgr.GetClient()}
 	srv, err := api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(*publicURL))
 	if err != nil {
 		return err

@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	apiclient "github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/internal/k1n"
 	"github.com/sless-dev/sless/internal/testenv"
@@ -83,6 +87,14 @@ func tenant(t *testing.T, subject string) *apiclient.Client {
 	if err := c.EnsureNamespace(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// The tenant goes with the test (its functions' finalizers clean code and images), so a kept
+	// cluster does not accumulate running pods and firing cron triggers from run to run.
+	t.Cleanup(func() {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.Namespace()}}
+		if err := cluster.Kube.Delete(context.Background(), ns); client.IgnoreNotFound(err) != nil {
+			t.Errorf("deleting the tenant's namespace: %v", err)
+		}
+	})
 	return c
 }
 

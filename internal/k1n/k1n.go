@@ -79,8 +79,9 @@ func Start(log io.Writer) (_ *Env, err error) {
 	}
 	wasUp := up(e.Dir)
 	if !wasUp {
-		// Registered first, so it runs last: the cluster goes, and every host change with it.
-		e.closers = append(e.closers, func() { e.script(nil, "down.sh") })
+		// Registered first, so it runs last: the cluster goes, and every host change with it; its
+		// state too, so the next run starts clean instead of with this run's tenants still running.
+		e.closers = append(e.closers, func() { e.script(nil, "down.sh", "--wipe") })
 	}
 	if _, err := e.script(nil, "up.sh"); err != nil {
 		return nil, &MissingError{"a running cluster (hack/k8s/up.sh)", err}
