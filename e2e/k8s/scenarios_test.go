@@ -99,6 +99,10 @@ func TestCodeChangeRollsOutWithoutFailedRequests(t *testing.T) {
 	d.write("code/handler.py", strings.Replace(readFile(t, d.dir+"/code/handler.py"), `f"hello, {name}"`, `f"howdy, {name}"`, 1))
 	start := time.Now()
 	d.apply()
+	// apply returns when the Function is Ready: the new code answers from then on.
+	if code, body := get(out["url"] + "?name=after"); code != 200 || !strings.Contains(body, "howdy, after") {
+		t.Errorf("right after apply returned: %d %s", code, body)
+	}
 	waitFor(t, "the new code answering", time.Minute, func() bool { return sawNew.Load() > 0 })
 	t.Logf("apply of a one-line change → new response through /fn/: %.2f s", time.Since(start).Seconds())
 	time.Sleep(2 * time.Second) // the old pod goes away meanwhile

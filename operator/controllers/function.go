@@ -144,7 +144,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	case replicas == 0:
 		fn.MarkReady()
 		fn.Status.Message = "stopped: disabled by its http triggers"
-	case live.Status.ObservedGeneration >= live.Generation && live.Status.UpdatedReplicas >= replicas && live.Status.AvailableReplicas >= replicas:
+	case rolledOut(live, replicas):
 		fn.MarkReady()
 	default:
 		if err := r.writeStatus(ctx, &fn, before); err != nil {
@@ -153,6 +153,15 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, nil // the Deployment's status change brings us back (Owns)
 	}
 	return ctrl.Result{}, r.writeStatus(ctx, &fn, before)
+}
+
+// rolledOut is `kubectl rollout status` done: the Deployment controller saw the current template,
+// every replica runs it and is available, and no replica of an older template is left. Without
+// the last two, a rollout is "done" while the old pod still serves and the new one is not ready.
+func rolledOut(d *appsv1.Deployment, replicas int32) bool {
+	s := d.Status
+	return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas >= replicas && s.Replicas <= s.UpdatedReplicas &&
+		s.AvailableReplicas >= s.UpdatedReplicas
 }
 
 const (

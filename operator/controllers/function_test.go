@@ -152,6 +152,19 @@ func TestFunctionReconciler(t *testing.T) {
 			d := getDep()
 			return d != nil && d.Spec.Template.Spec.Containers[0].Image != image1 && d.Spec.Template.Spec.Containers[0].Image == getFn().Status.Image
 		})
+		// Mid-rollout, as the Deployment controller reports it: the new pod created but not yet
+		// available, the old one still serving. Not Ready: the new code does not answer yet.
+		d := getDep()
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 2, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+		if err := c.Status().Update(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if f := getFn(); f.Status.Phase == slessv1.PhaseReady {
+			t.Errorf("Ready while the old pod still serves: %+v", f.Status)
+		}
+		markAvailable()
+		eventually(t, "Ready once rolled out", func() bool { return getFn().Status.Phase == slessv1.PhaseReady })
 	})
 	t.Run("an owned deployment deleted is restored", func(t *testing.T) {
 		if err := c.Delete(ctx, getDep()); err != nil {
