@@ -77,8 +77,17 @@ func Start(log io.Writer) (_ *Env, err error) {
 	if _, err := e.script(nil, "build.sh"); err != nil {
 		return nil, &MissingError{"the Kubernetes binaries (hack/k8s/build.sh)", err}
 	}
-	wasUp := up(e.Dir)
-	if !wasUp {
+	// A cluster an earlier run of this package started (and did not stop: killed) is ours to stop;
+	// one that was up before any of our runs is left running, as found.
+	owned := filepath.Join(e.Dir, ".started-by-k1n")
+	if _, err := os.Stat(owned); err == nil || !up(e.Dir) {
+		if err := os.MkdirAll(e.Dir, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(owned, nil, 0o644); err != nil {
+			return nil, err
+		}
+		e.closers = append(e.closers, func() { os.Remove(owned) })
 		// Registered first, so it runs last: the cluster goes, and every host change with it; its
 		// state too, so the next run starts clean instead of with this run's tenants still running.
 		e.closers = append(e.closers, func() { e.script(nil, "down.sh", "--wipe") })

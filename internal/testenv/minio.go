@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,6 +55,8 @@ func StartMinIO(bin, host, dir string) (S3Server, func(), error) {
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CALLHOME_ENABLE=off", "HOME=" + filepath.Join(dir, "home")}
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
+	// A test process that is killed takes its MinIO with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		cancel()
 		return S3Server{}, nil, fmt.Errorf("starting minio: %w", err)
