@@ -17,7 +17,8 @@ import (
 )
 
 type proxyTarget struct {
-	url    *url.URL
+	ns, name string
+	url      *url.URL
 	path   string // escaped path for the function, "/" at least
 	prefix string // "/fn/{ns}/{name}"
 }
@@ -45,7 +46,7 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("Cookie")
 		},
-		Transport:  &dialRetry{next: s.o.transport, budget: s.o.dialRetry},
+		Transport:  &dialRetry{next: s.o.transport, budget: s.o.dialRetry, resolver: s.b.Resolver},
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var mb *http.MaxBytesError
@@ -126,7 +127,7 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	rc.SetReadDeadline(time.Now().Add(timeout + 10*time.Second))
 	rc.SetWriteDeadline(time.Now().Add(timeout + 10*time.Second))
 	r.Body = http.MaxBytesReader(w, r.Body, s.o.proxyBodyLimit)
-	ctx = context.WithValue(ctx, proxyTargetKey{}, &proxyTarget{url: target, path: rest, prefix: prefix})
+	ctx = context.WithValue(ctx, proxyTargetKey{}, &proxyTarget{ns: ns, name: name, url: target, path: rest, prefix: prefix})
 	s.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -181,24 +182,27 @@ func splitFnPath(escaped string) (ns, name, rest string, ok bool) {
 }
 
 // dialRetry retries a request whose connection could not be made, until budget is spent: no byte
-// of it reached the function, so even a POST is safe to send again.
+// of it reached the function, so even a POST is safe to send again. Each retry resolves the
+// function again, since the instance it could not reach may be gone for good (a rollout replaced
+// the pod) while another one serves.
 type dialRetry struct {
-	next   http.RoundTripper
-	budget time.Duration
+	next     http.RoundTripper
+	budget   time.Duration
+	resolver Resolver
 }
 
 func (d *dialRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 	if d.budget <= 0 {
 		return d.next.RoundTrip(req)
 	}
-	out := req
+	out := req.Clone(req.Context())
 	var body *keptBody
 	if req.Body != nil && req.Body != http.NoBody {
 		// The transport closes the body of a failed request; a retry needs it open and unread.
+		// The server closes the real one when the handler returns (not here: the transport may
+		// still be sending it after the response headers arrived).
 		body = &keptBody{r: req.Body}
-		out = req.Clone(req.Context())
 		out.Body = body
-		defer req.Body.Close()
 	}
 	deadline := time.Now().Add(d.budget)
 	wait := 20 * time.Millisecond
@@ -215,6 +219,11 @@ func (d *dialRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 		case <-time.After(min(wait, remaining)):
 		}
 		wait = min(2*wait, 250*time.Millisecond)
+		if t, ok := req.Context().Value(proxyTargetKey{}).(*proxyTarget); ok && d.resolver != nil {
+			if u, rerr := d.resolver.Resolve(req.Context(), t.ns, t.name); rerr == nil {
+				out.URL.Scheme, out.URL.Host = u.Scheme, u.Host
+			}
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,7 +136,9 @@ func testProxyErrors(t *testing.T, backend string) {
 		t.Errorf("504 after %v for timeout_sec=1", d)
 	}
 
+	var resetHits atomic.Int64
 	reset := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resetHits.Add(1)
 		conn, _, err := http.NewResponseController(w).Hijack()
 		if err == nil {
 			conn.Close()
@@ -144,8 +147,12 @@ func testProxyErrors(t *testing.T, backend string) {
 	defer reset.Close()
 	e.function("reset")
 	e.ready("reset", reset.URL)
-	if code, ecode, _ := e.raw("GET", "/fn/"+e.ns+"/reset", "", "", nil); code != 502 || ecode != apiv1.CodeUpstreamError {
+	if code, ecode, _ := e.raw("POST", "/fn/"+e.ns+"/reset", "", "text/plain", []byte("once")); code != 502 || ecode != apiv1.CodeUpstreamError {
 		t.Errorf("reset: %d %s", code, ecode)
+	}
+	// It reached the function: never sent again (only connections that could not be made are).
+	if n := resetHits.Load(); n != 1 {
+		t.Errorf("a request the function received was sent %d times", n)
 	}
 	e.function("down")
 	e.ready("down", "http://127.0.0.1:1")
@@ -284,5 +291,22 @@ func TestProxyRetriesUntilTheFunctionListens(t *testing.T) {
 	}
 	if g := <-got; g != "POST the whole body" {
 		t.Errorf("the function got %q", g)
+	}
+}
+
+// An instance that cannot be reached is resolved again on each retry: a rollout replaced it and
+// the request goes to the new one.
+func TestProxyRetryResolvesAgain(t *testing.T) {
+	e := newEnv(t)
+	e.ensure()
+	e.function("moved")
+	e.ready("moved", fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t)))
+	up, _ := echoUpstream(t)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		e.resolver.set(e.ns, "moved", up.URL)
+	}()
+	if code, _, body := e.raw("POST", "/fn/"+e.ns+"/moved", "", "text/plain", []byte("hello")); code != 200 {
+		t.Fatalf("%d %s", code, body)
 	}
 }

@@ -74,9 +74,9 @@ func WithReadiness(check func(context.Context) error) Option {
 func WithProxyTransport(t http.RoundTripper) Option { return func(o *options) { o.transport = t } }
 
 // WithProxyDialRetry is how long /fn/ keeps retrying a function it cannot connect to (nothing was
-// sent, so any request may be retried): an instance just marked ready whose address the network
-// does not route yet (kube-proxy lags a pod's readiness), or one replaced by a rollout. The default
-// is 3 seconds; 0 disables it.
+// sent, so any request may be retried), resolving it again each time: an instance just reported
+// ready that is not reachable yet, or one a rollout replaced. The default is 3 seconds; 0 disables
+// it.
 func WithProxyDialRetry(d time.Duration) Option { return func(o *options) { o.dialRetry = d } }
 
 // Server is the API. Its Handler serves every route.
