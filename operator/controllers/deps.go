@@ -46,8 +46,10 @@ type depsOutcome struct {
 	job    string // the deps Job of this build (running, or done and to be cleaned up)
 }
 
-// errDepsNotConfigured is a function with manifests on an operator started without a deps cache.
-var errDepsNotConfigured = fmt.Errorf("%w: this platform has no dependency cache configured (sless-operator --operator-image)", deps.ErrInvalidSpec)
+// errDepsNotConfigured is a function with manifests on an operator started without a deps cache:
+// the platform's configuration, not the function, is at fault (retried with backoff, so a
+// reconfigured operator picks it up).
+var errDepsNotConfigured = errors.New("this platform has no dependency cache configured (sless-operator --operator-image)")
 
 // annotationBuildKey on a deps Job names the build (buildKey) that started it.
 const annotationBuildKey = "sless.dev/build-key"
@@ -116,20 +118,29 @@ func (r *FunctionReconciler) dependencies(ctx context.Context, fn *slessv1.Funct
 			}
 			return out, nil // its deletion brings us back to start the new one
 		}
-		// The failed Job stays (its pod's logs say why) until a new build replaces it or the
-		// Function goes; a stale read of the Function sees it and reports the same failure
-		// instead of starting another install.
-		msg, err := podTerminationMessage(ctx, uncached(r.APIReader, r.Client), &job)
+		installFailed, msg, err := depsJobOutcome(ctx, uncached(r.APIReader, r.Client), &job)
 		if err != nil {
 			return nil, err
 		}
-		if msg == "" {
-			msg = jobConditionMessage(&job)
+		if !installFailed {
+			// The platform failed, not the dependencies (a push refused, the deadline, an eviction,
+			// an image pull): the Job goes and the build is retried with backoff.
+			if err := r.deleteDepsJob(ctx, fn.Namespace, job.Name); err != nil {
+				return nil, err
+			}
+			if ok {
+				msg = fmt.Sprintf("completed but %s:%s is not in the registry; %s", r.Deps.Repo, key, msg)
+			}
+			return nil, fmt.Errorf("deps Job %s failed (%s); retrying", job.Name, strings.TrimSpace(msg))
 		}
-		if ok {
-			msg = fmt.Sprintf("deps Job %s completed but %s:%s is not in the registry; %s", job.Name, r.Deps.Repo, key, msg)
-		}
+		// The installer itself failed: the user's dependencies need fixing. The Job stays (its
+		// pod's logs say why) until a new build replaces it or the Function goes; a stale read of
+		// the Function sees it and reports the same failure instead of starting another install.
 		return nil, &deps.InstallError{Output: strings.TrimSpace(msg)}
+	}
+	// Jobs of earlier keys of this function (requirements changed) are of no use any more.
+	if err := r.deleteDepsJobs(ctx, fn, jobKey.Name); err != nil {
+		return nil, err
 	}
 	files := map[string]string{}
 	for n, b := range manifests {
@@ -150,6 +161,22 @@ func (r *FunctionReconciler) dependencies(ctx context.Context, fn *slessv1.Funct
 	r.event(fn, corev1.EventTypeNormal, "InstallingDependencies", "dependency cache miss (key %s): Job %s installs them", key[:12], j.Name)
 	out.job = j.Name
 	return out, nil
+}
+
+// deleteDepsJobs removes the function's deps Jobs other than keep ("" for all).
+func (r *FunctionReconciler) deleteDepsJobs(ctx context.Context, fn *slessv1.Function, keep string) error {
+	var jobs batchv1.JobList
+	if err := r.List(ctx, &jobs, client.InNamespace(fn.Namespace), client.MatchingLabels(resources.Labels(fn.Name, "deps"))); err != nil {
+		return err
+	}
+	for _, j := range jobs.Items {
+		if j.Name != keep && metav1.IsControlledBy(&j, fn) {
+			if err := r.deleteDepsJob(ctx, fn.Namespace, j.Name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // deleteDepsJob removes a finished deps Job and its manifests (pods go with the Job, in the
@@ -179,16 +206,54 @@ func uncached(api client.Reader, c client.Client) client.Reader {
 	return c
 }
 
+// depsJobOutcome says whether a finished deps Job failed in its install step (a non-zero exit of
+// the installer: the dependencies are at fault) and what its pod said.
+func depsJobOutcome(ctx context.Context, c client.Reader, job *batchv1.Job) (installFailed bool, msg string, err error) {
+	pods, err := jobPods(ctx, c, job)
+	if err != nil {
+		return false, "", err
+	}
+	for _, p := range pods {
+		for _, cs := range p.Status.InitContainerStatuses {
+			if t := cs.State.Terminated; cs.Name == "install" && t != nil && t.ExitCode != 0 {
+				return true, strings.TrimSpace(t.Message), nil
+			}
+		}
+	}
+	msg, err = podTerminationMessage(ctx, c, job)
+	if msg == "" {
+		msg = jobConditionMessage(job)
+	}
+	return false, msg, err
+}
+
+// jobPods are the pods of this Job: by its name, and by its UID where the pod carries it (a Job
+// replaced under the same name may leave pods behind for a moment).
+func jobPods(ctx context.Context, c client.Reader, job *batchv1.Job) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{"job-name": job.Name}); err != nil {
+		return nil, err
+	}
+	out := pods.Items[:0]
+	for _, p := range pods.Items {
+		if uid, ok := p.Labels[batchv1.ControllerUidLabel]; ok && uid != string(job.UID) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
 // podTerminationMessage is what a Job's pod said as it ended: the termination message (or, without
 // one, the reason) of the first container that failed, init containers first; else of the last
 // that terminated. Job mode writes its result there; a deps install its last log lines.
 func podTerminationMessage(ctx context.Context, c client.Reader, job *batchv1.Job) (string, error) {
-	var pods corev1.PodList
-	if err := c.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{"job-name": job.Name}); err != nil {
+	pods, err := jobPods(ctx, c, job)
+	if err != nil {
 		return "", err
 	}
 	last := ""
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
 			t := cs.State.Terminated
 			if t == nil {

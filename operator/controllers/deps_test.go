@@ -156,6 +156,56 @@ func TestDependenciesJob(t *testing.T) {
 			jobs := depsJobs("bad")
 			return len(jobs) == 1 && jobs[0].UID != j.UID && e.fn("bad").Status.Phase == slessv1.PhaseBuilding
 		})
+		retry := depsJobs("bad")[0]
+		// Fixed requirements: a new key, and the old key's Job (still running) goes.
+		f = e.fn("bad")
+		f.Spec.CodeSHA256 = e.upload("bad", map[string]string{"handler.py": "def handle(e):\n    return 2\n", "requirements.txt": "six==1.16.0\n"})
+		if err := e.c.Update(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the old key's Job removed", func() bool {
+			for _, j := range depsJobs("bad") {
+				if j.UID == retry.UID {
+					return false
+				}
+			}
+			return true
+		})
+	})
+	t.Run("a failed push is the platform's failure: retried, not blamed on the dependencies", func(t *testing.T) {
+		e.create("pushfail", e.upload("pushfail", map[string]string{"handler.py": "x = 1\n", "requirements.txt": "other==1.0\n"}))
+		eventually(t, "the deps Job", func() bool { return len(depsJobs("pushfail")) == 1 })
+		j := depsJobs("pushfail")[0]
+		e.finishJob(&j, false, "push", 1, "UNAUTHORIZED: authentication required")
+		eventually(t, "a new Job (retry)", func() bool {
+			jobs := depsJobs("pushfail")
+			return len(jobs) == 1 && jobs[0].UID != j.UID
+		})
+		var evs corev1.EventList
+		e.c.List(ctx, &evs, client.InNamespace(e.ns))
+		found := false
+		for _, ev := range evs.Items {
+			if ev.InvolvedObject.Name == "pushfail" && ev.Reason == "DependenciesFailed" {
+				t.Errorf("blamed on the dependencies: %s", ev.Message)
+			}
+			if ev.InvolvedObject.Name == "pushfail" && ev.Reason == "BuildFailed" && strings.Contains(ev.Message, "UNAUTHORIZED") {
+				found = true
+			}
+		}
+		if !found {
+			eventually(t, "a BuildFailed event naming the push error", func() bool {
+				e.c.List(ctx, &evs, client.InNamespace(e.ns))
+				for _, ev := range evs.Items {
+					if ev.InvolvedObject.Name == "pushfail" && ev.Reason == "BuildFailed" && strings.Contains(ev.Message, "UNAUTHORIZED") {
+						return true
+					}
+				}
+				return false
+			})
+		}
+		if f := e.fn("pushfail"); f.Annotations["sless.dev/failed-for"] != "" {
+			t.Errorf("a platform failure marked the build failed for good: %v", f.Annotations)
+		}
 	})
 	t.Run("dependencies on an operator without a deps cache: a clear error", func(t *testing.T) {
 		e2 := newFnEnv(t, "sless-00000000000000df")

@@ -264,8 +264,8 @@ func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, be
 		return "", 0, err
 	}
 	*before = *fn.Status.DeepCopy()
-	if d != nil && d.job != "" {
-		if err := r.deleteDepsJob(ctx, fn.Namespace, d.job); err != nil {
+	if d != nil {
+		if err := r.deleteDepsJobs(ctx, fn, ""); err != nil {
 			return "", 0, err
 		}
 	}

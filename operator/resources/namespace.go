@@ -67,10 +67,15 @@ func TenantObjects(ns string, c TenantConfig) (*corev1.Namespace, []any) {
 	for _, cidr := range c.DepsEgress {
 		depsPeers = append(depsPeers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
 	}
+	// A rule with no peers would allow every destination: without CIDRs, deps pods get DNS only.
+	var depsEgress []networkingv1.NetworkPolicyEgressRule
+	if len(depsPeers) > 0 {
+		depsEgress = []networkingv1.NetworkPolicyEgressRule{{To: depsPeers}}
+	}
 	depsPolicy := &networkingv1.NetworkPolicy{ObjectMeta: meta("sless-deps-egress"), Spec: networkingv1.NetworkPolicySpec{
 		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelRole: "deps"}},
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
-		Egress:      []networkingv1.NetworkPolicyEgressRule{{To: depsPeers}},
+		Egress:      depsEgress,
 	}}
 	secret := &corev1.Secret{ObjectMeta: meta(PullSecret), Type: corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: c.DockerConfigJSON}}

@@ -228,16 +228,23 @@ func MakeDepsJob(d DepsJob) (*batchv1.Job, *corev1.ConfigMap) {
 	backoff := int32(0)
 	deadline := int64(900)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: Labels(d.Function, "deps")}, Data: d.Manifests}
-	var env []corev1.EnvVar
+	// Temp files go to /work, not /tmp: pip unpacks a whole install there and the push step
+	// spools the layer, both far beyond the 64 MiB /tmp of a restricted pod.
+	env := []corev1.EnvVar{{Name: "TMPDIR", Value: "/work"}}
 	for _, kv := range d.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
+	}
+	// An install is bigger than a function: more memory than the namespace's default limit.
+	res := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi"), corev1.ResourceCPU: resource.MustParse("100m")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
 	}
 	push := []string{"sless", "deps", "push", "--dir", "/out", "--to", d.PushTo, "--prefix", d.DepsDir}
 	if d.Insecure {
 		push = append(push, "--insecure")
 	}
-	out := corev1.VolumeMount{Name: "out", MountPath: "/out"}
+	out, work := corev1.VolumeMount{Name: "out", MountPath: "/out"}, corev1.VolumeMount{Name: "work", MountPath: "/work"}
 	pod := corev1.PodSpec{
 		RestartPolicy: corev1.RestartPolicyNever,
 		Volumes: []corev1.Volume{
@@ -249,13 +256,13 @@ func MakeDepsJob(d DepsJob) (*batchv1.Job, *corev1.ConfigMap) {
 		},
 		// The installer's last log lines become its termination message: the Function's status
 		// shows why an install failed without anyone reading pod logs.
-		InitContainers: []corev1.Container{{Name: "install", Image: d.RuntimeImage, Command: d.Argv, Env: env, WorkingDir: "/work",
+		InitContainers: []corev1.Container{{Name: "install", Image: d.RuntimeImage, Command: d.Argv, Env: env, WorkingDir: "/work", Resources: res,
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-			VolumeMounts:             []corev1.VolumeMount{{Name: "in", MountPath: "/in", ReadOnly: true}, out, {Name: "work", MountPath: "/work"}}}},
-		Containers: []corev1.Container{{Name: "push", Image: d.OperatorImage, Command: push,
-			Env:                      []corev1.EnvVar{{Name: "DOCKER_CONFIG", Value: dockerConfigDir}},
+			VolumeMounts:             []corev1.VolumeMount{{Name: "in", MountPath: "/in", ReadOnly: true}, out, work}}},
+		Containers: []corev1.Container{{Name: "push", Image: d.OperatorImage, Command: push, Resources: res,
+			Env:                      []corev1.EnvVar{{Name: "DOCKER_CONFIG", Value: dockerConfigDir}, {Name: "TMPDIR", Value: "/work"}},
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-			VolumeMounts:             []corev1.VolumeMount{out, {Name: "registry-auth", MountPath: dockerConfigDir, ReadOnly: true}}}},
+			VolumeMounts:             []corev1.VolumeMount{out, work, {Name: "registry-auth", MountPath: dockerConfigDir, ReadOnly: true}}}},
 	}
 	restrictedPod(&pod)
 	job := &batchv1.Job{

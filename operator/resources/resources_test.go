@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -131,6 +132,28 @@ func TestMakeJobs(t *testing.T) {
 		t.Errorf("push command: %s", diff)
 	}
 	assertRestricted(t, dj.Spec.Template.Spec)
+	for _, c := range append(dj.Spec.Template.Spec.InitContainers, dj.Spec.Template.Spec.Containers...) {
+		if !hasEnv(c.Env, "TMPDIR", "/work") || c.Resources.Limits.Memory().String() != "1Gi" {
+			t.Errorf("%s: temp files must go to /work (not the 64 MiB /tmp) and memory be 1Gi: %v %v", c.Name, c.Env, c.Resources.Limits)
+		}
+	}
+
+	// Without CIDRs, deps pods get DNS only: an egress rule without peers would allow everything.
+	_, objs := resources.TenantObjects("sless-00000000000000cc", resources.TenantConfig{OperatorNamespace: "sless-system"})
+	for _, o := range objs {
+		if np, ok := o.(*networkingv1.NetworkPolicy); ok && np.Name == "sless-deps-egress" && len(np.Spec.Egress) != 0 {
+			t.Errorf("deps egress without CIDRs: %+v", np.Spec.Egress)
+		}
+	}
+}
+
+func hasEnv(env []corev1.EnvVar, k, v string) bool {
+	for _, e := range env {
+		if e.Name == k && e.Value == v {
+			return true
+		}
+	}
+	return false
 }
 
 // The objects are valid for a real kube-apiserver (server-side validation, not only Go types).
