@@ -183,7 +183,17 @@ func run(ctx context.Context, args []string) error {
 		DepsEgress: splitList(*depsEgress)})
 	// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
 	backend.Resolver = &kubestore.EndpointResolver{Reader: mgr.GetClient()}
-	srv, err := api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(*publicURL))
+	// Ready (for the Service in front of it) once the manager's caches are synced: /fn/ reads
+	// EndpointSlices from them.
+	synced := func(ctx context.Context) error {
+		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(wctx) {
+			return errors.New("caches not synced yet")
+		}
+		return nil
+	}
+	srv, err := api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(*publicURL), api.WithReadiness(synced))
 	if err != nil {
 		return err
 	}

@@ -53,8 +53,10 @@ ENDPOINT="http://$K1N_NODE_IP:$NODEPORT"
 log "secrets and the install overlay"
 kc create namespace sless-system --dry-run=client -o yaml | kc_apply -f - >/dev/null
 kc -n sless-system create secret generic sless-jwt --from-file=public.pem="$SLESS_JWT_PUBLIC_KEY" --dry-run=client -o yaml | kc_apply -f - >/dev/null
-kc -n sless-system create secret generic sless-s3 --from-literal=AWS_ACCESS_KEY_ID="$AWS_ACCESS_KEY_ID" \
-  --from-literal=AWS_SECRET_ACCESS_KEY="$AWS_SECRET_ACCESS_KEY" --dry-run=client -o yaml | kc_apply -f - >/dev/null
+# From a file, not the command line, where ps would show the secret.
+s3env=$(mktemp); trap 'rm -f "$s3env"' EXIT; chmod 600 "$s3env"
+printf 'AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n' "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" > "$s3env"
+kc -n sless-system create secret generic sless-s3 --from-env-file="$s3env" --dry-run=client -o yaml | kc_apply -f - >/dev/null
 kc -n sless-system create secret docker-registry sless-registry --docker-server="$REG" --docker-username=sless \
   --docker-password=unused --dry-run=client -o yaml | kc_apply -f - >/dev/null
 OVERLAY=$K1N/sless-install

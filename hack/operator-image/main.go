@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -60,7 +61,7 @@ func run(ctx context.Context) error {
 	bin, etc := filepath.Join(stage, "bin"), filepath.Join(stage, "etc")
 	for _, c := range []struct{ out, pkg string }{{"sless-operator", "./cmd/sless-operator"}, {"sless", "./cmd/sless"}} {
 		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(bin, c.out), c.pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("building %s: %w", c.pkg, err)
@@ -108,8 +109,11 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cf, _ := img.ConfigFile()
-	cf.OS, cf.Architecture = "linux", "amd64"
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cf.OS, cf.Architecture = "linux", runtime.GOARCH
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return err
 	}

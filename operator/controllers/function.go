@@ -123,6 +123,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	live := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: dep.Name, Namespace: dep.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, live, func() error {
 		live.Labels, live.Spec.Replicas, live.Spec.Selector, live.Spec.Strategy = dep.Labels, dep.Spec.Replicas, dep.Spec.Selector, dep.Spec.Strategy
+		live.Spec.ProgressDeadlineSeconds = dep.Spec.ProgressDeadlineSeconds
 		// Only the fields we own: defaults the API server adds to the template stay untouched.
 		if !equality.Semantic.DeepDerivative(dep.Spec.Template, live.Spec.Template) {
 			live.Spec.Template = dep.Spec.Template
@@ -146,6 +147,12 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		fn.Status.Message = "stopped: disabled by its http triggers"
 	case rolledOut(live, replicas):
 		fn.MarkReady()
+	case stalled(live) != "":
+		// Not terminal: the Deployment keeps trying, and its recovery brings us back (Owns).
+		fn.MarkFailed("StartFailed", fmt.Sprintf("the new version did not become ready within %d s: %s", resources.ProgressDeadline, stalled(live)))
+		if before.Phase != slessv1.PhaseFailed {
+			r.event(&fn, corev1.EventTypeWarning, "StartFailed", "%s", fn.Status.Message)
+		}
 	default:
 		if err := r.writeStatus(ctx, &fn, before); err != nil {
 			return ctrl.Result{}, err
@@ -162,6 +169,16 @@ func rolledOut(d *appsv1.Deployment, replicas int32) bool {
 	s := d.Status
 	return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas >= replicas && s.Replicas <= s.UpdatedReplicas &&
 		s.AvailableReplicas >= s.UpdatedReplicas
+}
+
+// stalled is the Deployment controller's message when a rollout passed its progress deadline.
+func stalled(d *appsv1.Deployment) string {
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse && c.Reason == "ProgressDeadlineExceeded" {
+			return c.Message
+		}
+	}
+	return ""
 }
 
 const (

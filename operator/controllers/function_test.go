@@ -166,6 +166,24 @@ func TestFunctionReconciler(t *testing.T) {
 		markAvailable()
 		eventually(t, "Ready once rolled out", func() bool { return getFn().Status.Phase == slessv1.PhaseReady })
 	})
+	t.Run("a rollout past its progress deadline reports StartFailed", func(t *testing.T) {
+		d := getDep()
+		if d.Spec.ProgressDeadlineSeconds == nil || *d.Spec.ProgressDeadlineSeconds != 180 {
+			t.Errorf("progressDeadlineSeconds %v", d.Spec.ProgressDeadlineSeconds)
+		}
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 2, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1,
+			Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse,
+				Reason: "ProgressDeadlineExceeded", Message: `ReplicaSet "hello-abc" has timed out progressing.`}}}
+		if err := c.Status().Update(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "StartFailed", func() bool {
+			f := getFn()
+			return f.Status.Phase == slessv1.PhaseFailed && strings.Contains(f.Status.Message, "timed out progressing")
+		})
+		markAvailable()
+		eventually(t, "Ready once it recovers", func() bool { return getFn().Status.Phase == slessv1.PhaseReady })
+	})
 	t.Run("an owned deployment deleted is restored", func(t *testing.T) {
 		if err := c.Delete(ctx, getDep()); err != nil {
 			t.Fatal(err)

@@ -97,6 +97,12 @@ func ServiceName(fn string) string    { return fn }
 // preStopSleep is how long a function pod keeps serving after it is told to stop.
 const preStopSleep = 3
 
+// ProgressDeadline is how long a rollout may take before the Function reports StartFailed (a
+// crash-looping or unpullable new version).
+const ProgressDeadline = 180
+
+var progressDeadline = int32(ProgressDeadline)
+
 // MakeDeployment is a function's Deployment: its image pinned by digest, replicas as the Function
 // reconciler decides (0 when its http triggers are all disabled), ready when /health answers.
 func MakeDeployment(fn *slessv1.Function, image string, replicas int32) *appsv1.Deployment {
@@ -124,8 +130,9 @@ func MakeDeployment(fn *slessv1.Function, image string, replicas int32) *appsv1.
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: DeploymentName(fn.Name), Namespace: fn.Namespace, Labels: labels, OwnerReferences: ownerRef(fn, "Function")},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelFunction: fn.Name, LabelRole: "function"}},
+			Replicas:                &replicas,
+			ProgressDeadlineSeconds: &progressDeadline,
+			Selector:                &metav1.LabelSelector{MatchLabels: map[string]string{LabelFunction: fn.Name, LabelRole: "function"}},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
 				MaxUnavailable: ptrIntStr(intstr.FromInt32(0)), MaxSurge: ptrIntStr(intstr.FromInt32(1))}},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod},
