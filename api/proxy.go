@@ -19,8 +19,8 @@ import (
 type proxyTarget struct {
 	ns, name string
 	url      *url.URL
-	path   string // escaped path for the function, "/" at least
-	prefix string // "/fn/{ns}/{name}"
+	path     string // escaped path for the function, "/" at least
+	prefix   string // "/fn/{ns}/{name}"
 }
 
 type proxyTargetKey struct{}
