@@ -195,13 +195,14 @@ func (d *dialRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 	if d.budget <= 0 {
 		return d.next.RoundTrip(req)
 	}
-	out := req.Clone(req.Context())
+	out := req // cloned only when something must change: the success path costs nothing
 	var body *keptBody
 	if req.Body != nil && req.Body != http.NoBody {
 		// The transport closes the body of a failed request; a retry needs it open and unread.
 		// The server closes the real one when the handler returns (not here: the transport may
 		// still be sending it after the response headers arrived).
 		body = &keptBody{r: req.Body}
+		out = req.Clone(req.Context())
 		out.Body = body
 	}
 	deadline := time.Now().Add(d.budget)
@@ -221,6 +222,9 @@ func (d *dialRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 		wait = min(2*wait, 250*time.Millisecond)
 		if t, ok := req.Context().Value(proxyTargetKey{}).(*proxyTarget); ok && d.resolver != nil {
 			if u, rerr := d.resolver.Resolve(req.Context(), t.ns, t.name); rerr == nil {
+				if out == req {
+					out = req.Clone(req.Context())
+				}
 				out.URL.Scheme, out.URL.Host = u.Scheme, u.Host
 			}
 		}
