@@ -6,8 +6,6 @@
 package deps
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -133,23 +131,71 @@ func (s Spec) Installer() (Installer, error) {
 	return Installer{}, fmt.Errorf("%w: runtime %q has no dependency installer", ErrInvalidSpec, s.Runtime)
 }
 
-// indexOptions change where pip looks for packages; the platform decides that.
-var indexOptions = []string{"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--trusted-host", "--no-index"}
+// indexOptions change where pip looks for packages; the platform decides that. nestedOptions name
+// other files, which are not uploaded with the manifest.
+var (
+	indexOptions  = []string{"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--trusted-host", "--no-index"}
+	nestedOptions = []string{"-r", "--requirement", "-c", "--constraint"}
+)
+
+// logicalLines splits requirements.txt as pip does: a line ending in a backslash continues on the
+// next, joined without a space; comments (whole-line or after whitespace) are dropped. Numbers are
+// the first physical line of each logical one.
+func logicalLines(b []byte) (lines []string, numbers []int) {
+	var cur strings.Builder
+	start := 0
+	for n, raw := range strings.Split(strings.ReplaceAll(string(b), "\r\n", "\n"), "\n") {
+		if cur.Len() == 0 {
+			start = n + 1
+		}
+		if strings.HasSuffix(raw, "\\") && !strings.HasPrefix(strings.TrimSpace(raw), "#") {
+			cur.WriteString(strings.TrimSuffix(raw, "\\"))
+			continue
+		}
+		cur.WriteString(raw)
+		line := cur.String()
+		cur.Reset()
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
+		if k := strings.Index(line, " #"); k >= 0 {
+			line = line[:k]
+		}
+		if k := strings.Index(line, "\t#"); k >= 0 {
+			line = line[:k]
+		}
+		if line = strings.TrimSpace(line); line != "" {
+			lines, numbers = append(lines, line), append(numbers, start)
+		}
+	}
+	return lines, numbers
+}
+
+// optionIn reports the first of opts given in fields: alone, as --opt=value, or (short options)
+// with the value attached (-ihttp://…).
+func optionIn(fields, opts []string) string {
+	for _, f := range fields {
+		for _, opt := range opts {
+			if f == opt || strings.HasPrefix(f, opt+"=") || (len(opt) == 2 && strings.HasPrefix(f, opt) && !strings.HasPrefix(f, "--")) {
+				return opt
+			}
+		}
+	}
+	return ""
+}
 
 func checkRequirements(b []byte) error {
 	if b == nil {
 		return fmt.Errorf("%w: requirements.txt is missing", ErrInvalidSpec)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		for _, opt := range indexOptions {
-			if line == opt || strings.HasPrefix(line, opt+" ") || strings.HasPrefix(line, opt+"=") || (len(opt) == 2 && strings.HasPrefix(line, opt) && !strings.HasPrefix(line, "--")) {
-				return fmt.Errorf("%w: requirements.txt line %d: %q sets the package index; remove it (the platform chooses the index)", ErrInvalidSpec, n, opt)
-			}
+	lines, numbers := logicalLines(b)
+	for i, line := range lines {
+		fields := strings.Fields(line)
+		if opt := optionIn(fields, indexOptions); opt != "" {
+			return fmt.Errorf("%w: requirements.txt line %d: %q sets the package index; remove it (the platform chooses the index)", ErrInvalidSpec, numbers[i], opt)
 		}
-		if strings.HasPrefix(line, "-r") || strings.HasPrefix(line, "--requirement") || strings.HasPrefix(line, "-c") || strings.HasPrefix(line, "--constraint") {
-			return fmt.Errorf("%w: requirements.txt line %d: nested requirement files are not uploaded with the manifest; list the packages here", ErrInvalidSpec, n)
+		if opt := optionIn(fields, nestedOptions); opt != "" {
+			return fmt.Errorf("%w: requirements.txt line %d: %q names another file, which is not uploaded with the manifest; list the packages here", ErrInvalidSpec, numbers[i], opt)
 		}
 	}
 	return nil
@@ -162,25 +208,9 @@ func checkRequirements(b []byte) error {
 func (s Spec) shareable() bool {
 	switch s.Runtime {
 	case "python3.11":
-		sc := bufio.NewScanner(bytes.NewReader(s.Files[Requirements]))
 		any := false
-		var logical strings.Builder
-		lines := []string{}
-		for sc.Scan() { // join continuation lines
-			l := sc.Text()
-			if strings.HasSuffix(strings.TrimSpace(l), "\\") {
-				logical.WriteString(strings.TrimSuffix(strings.TrimSpace(l), "\\") + " ")
-				continue
-			}
-			logical.WriteString(l)
-			lines = append(lines, logical.String())
-			logical.Reset()
-		}
+		lines, _ := logicalLines(s.Files[Requirements])
 		for _, l := range lines {
-			l = strings.TrimSpace(l)
-			if l == "" || strings.HasPrefix(l, "#") {
-				continue
-			}
 			if !strings.Contains(l, "--hash=sha256:") || !strings.Contains(l, "==") {
 				return false
 			}

@@ -72,10 +72,20 @@ func TestKeyScope(t *testing.T) {
 
 func TestRequirementsRejected(t *testing.T) {
 	for _, line := range []string{"--index-url http://evil/simple", "-i http://evil/simple", "--extra-index-url=http://evil",
-		"-f ./wheels", "--find-links http://evil", "--trusted-host evil", "--no-index", "-r other.txt", "--constraint c.txt"} {
+		"-f ./wheels", "--find-links http://evil", "--trusted-host evil", "--no-index", "-r other.txt", "--constraint c.txt",
+		// pip's own line rules: tabs split options, a backslash joins lines without a space, an
+		// option may follow a requirement, a short option may carry its value.
+		"--index-url\thttp://evil/simple", "--ind\\\nex-url http://evil/simple", "six==1.16.0 --index-url http://evil",
+		"-ihttp://evil/simple", "  --no-index  # offline", "--extra-index-url\\\n  http://evil"} {
 		_, err := deps.Key(pySpec("six==1.16.0\n"+line+"\n", "ns"))
 		if !errors.Is(err, deps.ErrInvalidSpec) {
 			t.Errorf("%q accepted: %v", line, err)
+		}
+	}
+	// Comments and hashes are not options.
+	for _, ok := range []string{"six==1.16.0  # --index-url is set by the platform", "# -i http://x", "six==1.16.0 \\\n    --hash=sha256:" + strings.Repeat("a", 64)} {
+		if _, err := deps.Key(pySpec(ok+"\n", "ns")); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
 		}
 	}
 	if _, err := deps.Key(deps.Spec{Runtime: "nodejs20", Files: map[string][]byte{deps.PackageJSON: []byte("{nope")}}); !errors.Is(err, deps.ErrInvalidSpec) {
