@@ -120,8 +120,7 @@ func newEnvWith(t *testing.T, kind string, code api.CodeStore, codeDir string, v
 		backend, _ = memstore.Backend(code, res)
 	case onKubestore:
 		backend = kubestore.New(sharedKube.Get(t).Client, code, resources.TenantConfig{OperatorNamespace: "sless-system",
-			DockerConfigJSON: []byte(`{"auths":{}}`)})
-		backend.Resolver = res
+			DockerConfigJSON: []byte(`{"auths":{}}`)}, res)
 		// One API server for the whole binary, where a deleted namespace stays Terminating (no
 		// namespace controller): every env is its own tenant.
 		subject = fmt.Sprintf("alice-%d@example.com", tenants.Add(1))

@@ -2,7 +2,9 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 
 	"github.com/sless-dev/sless/deps"
@@ -17,8 +19,7 @@ var _ deps.Resolver = depsResolver{}
 // Resolve runs the installer; on failure the error carries its last lines.
 func (r depsResolver) Resolve(ctx context.Context, s deps.Spec, in deps.Installer, inDir, outDir string) error {
 	p := r.p
-	p.depsRuns.Add(1)
-	name := fmt.Sprintf("sless-deps-%s-%d", p.instance, p.depsRuns.Load())
+	name := fmt.Sprintf("sless-deps-%s-%d", p.instance, p.depsRuns.Add(1))
 	args := []string{"run", "--rm", "--name", name, "--user", "0:0", "--label", labelInstance + "=" + p.instance, "--label", labelRole + "=deps",
 		"-v", inDir + ":/in:ro", "-v", outDir + ":" + deps.OutDir, "-v", strings.TrimSuffix(outDir, "/out") + "/work:/work", "-w", "/work"}
 	args = append(args, runFlags...)
@@ -35,6 +36,12 @@ func (r depsResolver) Resolve(ctx context.Context, s deps.Spec, in deps.Installe
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		// 125–127 are podman's own failures (its storage, a pull, a name clash, no such command):
+		// the platform's, retried; any other exit status is the installer's verdict on the
+		// dependencies.
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) && ee.ExitCode() >= 125 && ee.ExitCode() <= 127 {
+			return fmt.Errorf("running the dependency installer: %w", err)
 		}
 		return &deps.InstallError{Output: strings.TrimSpace(lastLines(out+"\n"+err.Error(), 15))}
 	}

@@ -61,7 +61,7 @@ func (p *podman) run(ctx context.Context, args ...string) (string, error) {
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("podman %s: %v: %s", args[0], err, strings.TrimSpace(lastLines(stderr.String(), 5)))
+		return out.String(), fmt.Errorf("podman %s: %w: %s", args[0], err, strings.TrimSpace(lastLines(stderr.String(), 5)))
 	}
 	return out.String(), nil
 }

@@ -35,8 +35,9 @@ import (
 // +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges;secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create
 
-// New is an api.Backend on the cluster c reaches.
-func New(c client.Client, code api.CodeStore, tenant resources.TenantConfig) api.Backend {
+// New is an api.Backend on the cluster c reaches; /fn/ goes where resolver says (an
+// EndpointResolver in the operator).
+func New(c client.Client, code api.CodeStore, tenant resources.TenantConfig, resolver api.Resolver) api.Backend {
 	return api.Backend{
 		Namespaces:  &namespaces{c: c, tenant: tenant},
 		Functions:   &functions{c: c},
@@ -44,7 +45,7 @@ func New(c client.Client, code api.CodeStore, tenant resources.TenantConfig) api
 		Jobs:        &jobs{c: c},
 		Invocations: api.NewInvocationRing(1000),
 		Code:        code,
-		Resolver:    ServiceResolver{},
+		Resolver:    resolver,
 	}
 }
 
@@ -100,14 +101,6 @@ func (r *EndpointResolver) Resolve(ctx context.Context, ns, name string) (*url.U
 	}
 	sort.Strings(ready) // slices come in any order; the rotation should not depend on it
 	return &url.URL{Scheme: "http", Host: ready[r.next.Add(1)%uint64(len(ready))]}, nil
-}
-
-// ServiceResolver routes /fn/ to a function's Service through cluster DNS.
-type ServiceResolver struct{}
-
-// Resolve returns http://<name>.<ns>.svc:80.
-func (ServiceResolver) Resolve(_ context.Context, ns, name string) (*url.URL, error) {
-	return &url.URL{Scheme: "http", Host: name + "." + ns + ".svc:80"}, nil
 }
 
 // --- namespaces

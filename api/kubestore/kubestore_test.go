@@ -1,7 +1,6 @@
 package kubestore_test
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
 	"errors"
@@ -26,6 +25,7 @@ import (
 	"github.com/sless-dev/sless/api/codestore"
 	"github.com/sless-dev/sless/api/kubestore"
 	"github.com/sless-dev/sless/internal/kubetest"
+	"github.com/sless-dev/sless/internal/testenv"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/resources"
 )
@@ -40,11 +40,10 @@ func TestAPIOnKubestore(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx := context.Background()
 	code, _ := codestore.NewDir(t.TempDir())
-	backend := kubestore.New(env.Client, code, resources.TenantConfig{OperatorNamespace: "sless-system", DockerConfigJSON: []byte(`{"auths":{}}`)})
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok "+r.URL.Path) }))
 	defer upstream.Close()
 	u, _ := url.Parse(upstream.URL)
-	backend.Resolver = fixed{u}
+	backend := kubestore.New(env.Client, code, resources.TenantConfig{OperatorNamespace: "sless-system", DockerConfigJSON: []byte(`{"auths":{}}`)}, fixed{u})
 	secret := []byte("0123456789abcdef0123456789abcdef-kube")
 	v, _ := auth.New(auth.WithHS256Secret(secret))
 	srv, err := api.New(backend, api.WithVerifier(v), api.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))), api.WithTempDir(t.TempDir()))
@@ -81,12 +80,8 @@ func TestAPIOnKubestore(t *testing.T) {
 	if len(crd.Spec.Env) != 2 || crd.Spec.Env[0].Name != "A" || crd.Status.URL == "" {
 		t.Errorf("CRD %+v", crd)
 	}
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	w, _ := zw.Create("handler.py")
-	w.Write([]byte("def handle(e): return 1\n"))
-	zw.Close()
-	up, err := c.Upload(ctx, "hello", bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	z := testenv.Zip(map[string]string{"handler.py": "def handle(e): return 1\n"})
+	up, err := c.Upload(ctx, "hello", bytes.NewReader(z), int64(len(z)))
 	if err != nil {
 		t.Fatal(err)
 	}

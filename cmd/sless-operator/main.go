@@ -1,6 +1,6 @@
 // Command sless-operator runs the Kubernetes backend in one binary, as the seed did: the
 // controllers (Function, Trigger, FunctionJob) and the REST API with the /fn/ proxy, which reaches
-// functions through their Services. Only this package reads flags and the environment.
+// functions at the ready pods behind their Services. Only this package reads flags and the environment.
 package main
 
 import (
@@ -187,9 +187,9 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	backend := kubestore.New(direct, code, resources.TenantConfig{OperatorNamespace: *operatorNS, DockerConfigJSON: dockerConfig,
-		DepsEgress: splitList(*depsEgress)})
-	// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
-	backend.Resolver = &kubestore.EndpointResolver{Reader: mgr.GetClient()}
+		DepsEgress: splitList(*depsEgress)},
+		// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
+		&kubestore.EndpointResolver{Reader: mgr.GetClient()})
 	// Ready (for the Service in front of it) once the manager's caches are synced: /fn/ reads
 	// EndpointSlices from them.
 	synced := func(ctx context.Context) error {

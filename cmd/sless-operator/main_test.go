@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
 	"net/http"
@@ -100,12 +99,8 @@ func TestOperatorBinary(t *testing.T) {
 	if _, err := c.CreateFunction(ctx, apiv1.Function{Name: "hello", Runtime: "python3.11"}); err != nil {
 		t.Fatalf("%v\n%s", err, logs.String())
 	}
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	w, _ := zw.Create("handler.py")
-	w.Write([]byte("def handle(e): return 1\n"))
-	zw.Close()
-	if _, err := c.Upload(ctx, "hello", bytes.NewReader(buf.Bytes()), int64(buf.Len())); err != nil {
+	z := testenv.Zip(map[string]string{"handler.py": "def handle(e): return 1\n"})
+	if _, err := c.Upload(ctx, "hello", bytes.NewReader(z), int64(len(z))); err != nil {
 		t.Fatal(err)
 	}
 	var f *apiv1.Function

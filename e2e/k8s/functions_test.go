@@ -2,7 +2,6 @@ package k8s_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -128,5 +127,4 @@ func TestExamplesOnKubernetes(t *testing.T) {
 	if code, body := get(out["trigger_url"] + "/x"); code != 200 || !strings.Contains(body, `"path":"/x"`) {
 		t.Fatalf("node /fn/: %d %s", code, body)
 	}
-	_ = context.Background()
 }

@@ -220,11 +220,10 @@ func depsJobOutcome(ctx context.Context, c client.Reader, job *batchv1.Job) (ins
 			}
 		}
 	}
-	msg, err = podTerminationMessage(ctx, c, job)
-	if msg == "" {
+	if msg = terminationMessage(pods); msg == "" {
 		msg = jobConditionMessage(job)
 	}
-	return false, msg, err
+	return false, msg, nil
 }
 
 // jobPods are the pods of this Job: by its name, and by its UID where the pod carries it (a Job
@@ -244,14 +243,16 @@ func jobPods(ctx context.Context, c client.Reader, job *batchv1.Job) ([]corev1.P
 	return out, nil
 }
 
-// podTerminationMessage is what a Job's pod said as it ended: the termination message (or, without
-// one, the reason) of the first container that failed, init containers first; else of the last
-// that terminated. Job mode writes its result there; a deps install its last log lines.
+// podTerminationMessage is what a Job's pod said as it ended (terminationMessage of its pods).
 func podTerminationMessage(ctx context.Context, c client.Reader, job *batchv1.Job) (string, error) {
 	pods, err := jobPods(ctx, c, job)
-	if err != nil {
-		return "", err
-	}
+	return terminationMessage(pods), err
+}
+
+// terminationMessage is the termination message (or, without one, the reason) of the first
+// container that failed, init containers first; else of the last that terminated. Job mode writes
+// its result there; a deps install its last log lines.
+func terminationMessage(pods []corev1.Pod) string {
 	last := ""
 	for _, p := range pods {
 		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
@@ -264,10 +265,10 @@ func podTerminationMessage(ctx context.Context, c client.Reader, job *batchv1.Jo
 				msg = t.Reason
 			}
 			if t.ExitCode != 0 {
-				return msg, nil
+				return msg
 			}
 			last = msg
 		}
 	}
-	return last, nil
+	return last
 }

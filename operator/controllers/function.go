@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/layers"
 	"github.com/sless-dev/sless/oci"
@@ -345,23 +346,18 @@ func (r *FunctionReconciler) buildImage(ctx context.Context, fn *slessv1.Functio
 	return ref.String(), nil
 }
 
-// replicas follows DESIGN.md §5: 0 when the function has http triggers and none is enabled.
+// replicas follows DESIGN.md §5 through the rule the /fn/ proxy applies (api.DisabledBy), so the
+// proxy's 503 and zero replicas always agree.
 func (r *FunctionReconciler) replicas(ctx context.Context, fn *slessv1.Function) (int32, error) {
 	var ts slessv1.TriggerList
 	if err := r.List(ctx, &ts, client.InNamespace(fn.Namespace)); err != nil {
 		return 0, err
 	}
-	httpTriggers, enabled := 0, 0
+	triggers := make([]apiv1.Trigger, 0, len(ts.Items))
 	for _, t := range ts.Items {
-		if t.Spec.FunctionRef != fn.Name || t.Spec.Type != "http" {
-			continue
-		}
-		httpTriggers++
-		if t.Spec.Enabled == nil || *t.Spec.Enabled {
-			enabled++
-		}
+		triggers = append(triggers, apiv1.Trigger{Name: t.Name, Type: t.Spec.Type, FunctionRef: t.Spec.FunctionRef, Enabled: t.Spec.Enabled})
 	}
-	if httpTriggers > 0 && enabled == 0 {
+	if off, _ := api.DisabledBy(triggers, fn.Name); off {
 		return 0, nil
 	}
 	return 1, nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sless-dev/sless/api/apiv1"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -18,15 +20,6 @@ import (
 
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/resources"
-)
-
-// Job phases (the seed's).
-const (
-	JobPending   = "Pending"
-	JobSkipped   = "Skipped"
-	JobRunning   = "Running"
-	JobSucceeded = "Succeeded"
-	JobFailed    = "Failed"
 )
 
 // FunctionJobReconciler runs a FunctionJob as a Kubernetes Job of the function's image in job mode
@@ -69,13 +62,13 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	switch {
 	case fj.Spec.RunID == 0:
-		fj.Status.Phase = JobSkipped
+		fj.Status.Phase = apiv1.JobSkipped
 		return ctrl.Result{}, write()
 	case fj.Spec.RunID > fj.Status.LastRunID:
 		var fn slessv1.Function
 		err := r.Get(ctx, client.ObjectKey{Namespace: fj.Namespace, Name: fj.Spec.FunctionRef}, &fn)
 		if apierrors.IsNotFound(err) || (err == nil && fn.Status.Image == "") {
-			fj.Status.Phase, fj.Status.Message = JobPending, fmt.Sprintf("waiting for function %q to be built", fj.Spec.FunctionRef)
+			fj.Status.Phase, fj.Status.Message = apiv1.JobPending, fmt.Sprintf("waiting for function %q to be built", fj.Spec.FunctionRef)
 			return ctrl.Result{RequeueAfter: 2 * time.Second}, write()
 		}
 		if err != nil {
@@ -91,10 +84,10 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			return ctrl.Result{}, err
 		}
 		now := metav1.Now()
-		fj.Status = slessv1.FunctionJobStatus{Phase: JobRunning, JobName: job.Name, LastRunID: fj.Spec.RunID, StartTime: &now,
+		fj.Status = slessv1.FunctionJobStatus{Phase: apiv1.JobRunning, JobName: job.Name, LastRunID: fj.Spec.RunID, StartTime: &now,
 			ObservedGeneration: fj.Generation, Conditions: fj.Status.Conditions}
 		return ctrl.Result{}, write()
-	case fj.Status.Phase == JobRunning:
+	case fj.Status.Phase == apiv1.JobRunning:
 		var job batchv1.Job
 		if err := r.Get(ctx, client.ObjectKey{Namespace: fj.Namespace, Name: fj.Status.JobName}, &job); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -109,9 +102,9 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		now := metav1.Now()
 		fj.Status.CompletionTime = &now
-		fj.Status.Phase, fj.Status.Message = JobFailed, msg
+		fj.Status.Phase, fj.Status.Message = apiv1.JobFailed, msg
 		if ok {
-			fj.Status.Phase = JobSucceeded
+			fj.Status.Phase = apiv1.JobSucceeded
 		}
 		if err := write(); err != nil {
 			return ctrl.Result{}, err

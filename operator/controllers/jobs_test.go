@@ -26,7 +26,7 @@ func TestFunctionJobAndTrigger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	if err := (&controllers.TriggerReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), PublicURL: "http://api.test",

@@ -3,7 +3,8 @@ package controllers
 import (
 	"context"
 	"strings"
-	"time"
+
+	"github.com/sless-dev/sless/api/apiv1"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -48,16 +49,14 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	enabled := tr.Spec.Enabled == nil || *tr.Spec.Enabled
 	tr.Status.ObservedGeneration = tr.Generation
 	tr.Status.Active = enabled
-	var result ctrl.Result
-	if tr.Spec.Type == "http" {
+	if tr.Spec.Type == apiv1.TriggerHTTP {
 		tr.Status.URL = strings.TrimRight(r.PublicURL, "/") + "/fn/" + tr.Namespace + "/" + tr.Spec.FunctionRef
 	} else {
 		var fn slessv1.Function
 		err := r.Get(ctx, client.ObjectKey{Namespace: tr.Namespace, Name: tr.Spec.FunctionRef}, &fn)
 		switch {
 		case apierrors.IsNotFound(err) || (err == nil && fn.Status.Image == ""):
-			tr.Status.Active = false
-			result = ctrl.Result{RequeueAfter: 5 * time.Second}
+			tr.Status.Active = false // the Function's build wakes this trigger (triggersOf)
 		case err != nil:
 			return ctrl.Result{}, err
 		default:
@@ -87,7 +86,7 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, err
 		}
 	}
-	return result, nil
+	return ctrl.Result{}, nil
 }
 
 // SetupWithManager watches Triggers, their CronJobs, and Functions: a new image moves the cron
@@ -105,7 +104,7 @@ func (r *TriggerReconciler) triggersOf(ctx context.Context, obj client.Object) [
 	}
 	var out []reconcile.Request
 	for _, t := range ts.Items {
-		if t.Spec.FunctionRef == obj.GetName() && t.Spec.Type == "cron" {
+		if t.Spec.FunctionRef == obj.GetName() && t.Spec.Type == apiv1.TriggerCron {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
 		}
 	}
