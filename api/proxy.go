@@ -89,13 +89,13 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		})
 	}()
 	prefix := "/fn/" + mustEscape(ns) + "/" + mustEscape(name)
-	fn, err := s.b.Functions.Get(r.Context(), ns, name)
+	fn, err := s.view.Functions.Get(r.Context(), ns, name)
 	if err != nil {
 		writeError(w, r, notFound("function", name, err))
 		return
 	}
 	known = true
-	triggers, err := s.b.Triggers.List(r.Context(), ns)
+	triggers, err := s.view.Triggers.List(r.Context(), ns)
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +19,9 @@ import (
 
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/api/codestore"
+	"github.com/sless-dev/sless/api/memstore"
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
@@ -308,5 +313,34 @@ func TestProxyRetryResolvesAgain(t *testing.T) {
 	}()
 	if code, _, body := e.raw("POST", "/fn/"+e.ns+"/moved", "", "text/plain", []byte("hello")); code != 200 {
 		t.Fatalf("%d %s", code, body)
+	}
+}
+
+// With a serving view (the Kubernetes backend's cache), /fn/ reads functions and triggers from it,
+// not from the stores the REST routes use.
+func TestProxyReadsTheServingView(t *testing.T) {
+	code, _ := codestore.NewDir(t.TempDir())
+	res := &resolver{m: map[string]*url.URL{}}
+	backend, _ := memstore.Backend(code, res)
+	view, _ := memstore.Backend(code, res)
+	backend.Serving = &api.ServingView{Functions: view.Functions, Triggers: view.Triggers}
+	v, _ := auth.New(auth.WithHS256Secret(testSecret))
+	srv, err := api.New(backend, api.WithVerifier(v), api.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	up, _ := echoUpstream(t)
+	ns := "sless-00000000000000f1"
+	res.set(ns, "seen", up.URL)
+	view.Functions.Create(context.Background(), ns, apiv1.Function{Name: "seen", Runtime: "python3.11", Status: apiv1.FunctionStatus{Phase: apiv1.PhaseReady}})
+	if resp, err := http.Get(hs.URL + "/fn/" + ns + "/seen"); err != nil || resp.StatusCode != 200 {
+		t.Errorf("a function in the serving view only: %v %v", resp, err)
+	}
+	backend.Functions.Create(context.Background(), ns, apiv1.Function{Name: "stored", Runtime: "python3.11", Status: apiv1.FunctionStatus{Phase: apiv1.PhaseReady}})
+	res.set(ns, "stored", up.URL)
+	if resp, err := http.Get(hs.URL + "/fn/" + ns + "/stored"); err != nil || resp.StatusCode != 404 {
+		t.Errorf("a function not (yet) in the serving view: %v %v, want 404", resp, err)
 	}
 }

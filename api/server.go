@@ -87,6 +87,7 @@ type Server struct {
 	handler http.Handler
 	proxy   *httputil.ReverseProxy
 	metrics *metrics
+	view    *ServingView // where /fn/ reads functions and triggers per request
 }
 
 // New makes the API on a backend.
@@ -122,7 +123,10 @@ func New(b Backend, opts ...Option) (*Server, error) {
 			DisableCompression: true,
 		}
 	}
-	s := &Server{o: o, b: b, metrics: newMetrics()}
+	s := &Server{o: o, b: b, metrics: newMetrics(), view: b.Serving}
+	if s.view == nil {
+		s.view = &ServingView{Functions: b.Functions, Triggers: b.Triggers}
+	}
 	s.proxy = s.newProxy()
 	s.router = s.routes()
 	// /fn/ is the hot path: it skips the router's regexp matching of every /v1 route.

@@ -81,6 +81,20 @@ type Backend struct {
 	Invocations Invocations
 	Code        CodeStore
 	Resolver    Resolver
+	// Serving, when set, is what /fn/ reads functions and triggers from on every request: a view
+	// that may lag the stores above by a moment but costs no round trip (the Kubernetes backend's
+	// informer cache). Nil: /fn/ reads the stores above.
+	Serving *ServingView
+}
+
+// ServingView is the read side /fn/ needs per request.
+type ServingView struct {
+	Functions interface {
+		Get(ctx context.Context, ns, name string) (apiv1.Function, error)
+	}
+	Triggers interface {
+		List(ctx context.Context, ns string) ([]apiv1.Trigger, error)
+	}
 }
 
 func (b Backend) validate() error {

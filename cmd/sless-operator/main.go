@@ -190,6 +190,11 @@ func run(ctx context.Context, args []string) error {
 		DepsEgress: splitList(*depsEgress)},
 		// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
 		&kubestore.EndpointResolver{Reader: mgr.GetClient()})
+	// /fn/ reads functions and triggers from the manager's cache (the controllers watch both), not
+	// with two API round trips per request; the REST routes keep the direct client for
+	// read-after-write.
+	cached := kubestore.New(mgr.GetClient(), code, resources.TenantConfig{}, backend.Resolver)
+	backend.Serving = &api.ServingView{Functions: cached.Functions, Triggers: cached.Triggers}
 	// Ready (for the Service in front of it) once the manager's caches are synced: /fn/ reads
 	// EndpointSlices from them.
 	synced := func(ctx context.Context) error {
