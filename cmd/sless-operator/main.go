@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -197,12 +198,19 @@ func run(ctx context.Context, args []string) error {
 	backend.Serving = &api.ServingView{Functions: cached.Functions, Triggers: cached.Triggers}
 	// Ready (for the Service in front of it) once the manager's caches are synced: /fn/ reads
 	// EndpointSlices from them.
+	// Once: informers added later (lazily, on a first read of a kind) must not flap readiness and
+	// take the API out of its Service.
+	var cacheSynced atomic.Bool
 	synced := func(ctx context.Context) error {
+		if cacheSynced.Load() {
+			return nil
+		}
 		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
 		if !mgr.GetCache().WaitForCacheSync(wctx) {
 			return errors.New("caches not synced yet")
 		}
+		cacheSynced.Store(true)
 		return nil
 	}
 	srv, err := api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(*publicURL), api.WithReadiness(synced))

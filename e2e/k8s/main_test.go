@@ -58,7 +58,17 @@ func setupAndRun(m *testing.M) int {
 	}
 	defer env.Close()
 	cluster.Env = env
-	return m.Run()
+	code := m.Run()
+	if code != 0 {
+		// What the operator went through, before the cluster goes.
+		for _, args := range [][]string{{"-n", "sless-system", "get", "pods", "-o", "wide"},
+			{"-n", "sless-system", "logs", "deploy/sless-operator", "--previous", "--tail=40"},
+			{"-n", "sless-system", "logs", "deploy/sless-operator", "--tail=40"}} {
+			out, _ := exec.Command(env.Kubectl[0], append(env.Kubectl[1:], args...)...).CombinedOutput()
+			fmt.Fprintf(os.Stderr, "--- kubectl %s\n%s\n", strings.Join(args, " "), out)
+		}
+	}
+	return code
 }
 
 // runID keeps tenants of one run apart from those a previous run left in a kept cluster.

@@ -133,7 +133,11 @@ func TestDependenciesJob(t *testing.T) {
 		eventually(t, "the deps Job", func() bool { return len(depsJobs("bad")) == 1 })
 		j := depsJobs("bad")[0]
 		e.finishJob(&j, true, "install", 1, "ERROR: No matching distribution found for nosuchpkg==9.9")
-		eventually(t, "Failed", func() bool { return e.fn("bad").Status.Phase == slessv1.PhaseFailed })
+		// Failed, and marked failed for this build (the status and the annotation are two writes).
+		eventually(t, "Failed", func() bool {
+			f := e.fn("bad")
+			return f.Status.Phase == slessv1.PhaseFailed && f.Annotations["sless.dev/failed-for"] != ""
+		})
 		f := e.fn("bad")
 		if c := meta.FindStatusCondition(f.Status.Conditions, slessv1.FunctionReady); c == nil || c.Reason != "DependenciesFailed" ||
 			!strings.Contains(f.Status.Message, "No matching distribution found for nosuchpkg") {
@@ -148,6 +152,7 @@ func TestDependenciesJob(t *testing.T) {
 			t.Errorf("the failed Job must stay (its logs say why), and no other start: %d jobs", len(jobs))
 		}
 		// A new upload (same requirements) is a retry: the failed Job is replaced by a new one.
+		f = e.fn("bad")
 		f.Spec.CodeSHA256 = e.upload("bad", map[string]string{"handler.py": "def handle(e):\n    return 1\n", "requirements.txt": "nosuchpkg==9.9\n"})
 		if err := e.c.Update(ctx, f); err != nil {
 			t.Fatal(err)
