@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/codestore"
 )
 
 // maxJSONBody bounds JSON request bodies (specs are small; env vars at most 64 KiB).
@@ -98,12 +98,17 @@ func (s *Server) deleteNamespace(w http.ResponseWriter, r *http.Request) {
 // --- functions
 
 func (s *Server) listFunctions(w http.ResponseWriter, r *http.Request) {
-	items, err := s.b.Functions.List(r.Context(), pathVar(r, "ns"))
+	ns := pathVar(r, "ns")
+	objs, err := s.b.Functions.List(r.Context(), ns)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, apiv1.List[apiv1.Function]{Items: nonNil(items)})
+	items := make([]apiv1.Function, 0, len(objs))
+	for _, o := range objs {
+		items = append(items, s.functionView(ns, o))
+	}
+	writeJSON(w, http.StatusOK, apiv1.List[apiv1.Function]{Items: items})
 }
 
 func (s *Server) createFunction(w http.ResponseWriter, r *http.Request) {
@@ -113,7 +118,8 @@ func (s *Server) createFunction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if err := ValidateFunction(&f); err != nil {
+	spec, err := ValidateFunction(f)
+	if err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -121,8 +127,7 @@ func (s *Server) createFunction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	f.Status = apiv1.FunctionStatus{Phase: apiv1.PhasePending, Message: "waiting for code: upload a zip", URL: s.FunctionURL(ns, f.Name)}
-	out, err := s.b.Functions.Create(r.Context(), ns, f)
+	out, err := s.b.Functions.Create(r.Context(), ns, spec)
 	if errors.Is(err, ErrAlreadyExists) {
 		err = apiv1.Errorf(apiv1.CodeAlreadyExists, "function %q already exists", f.Name)
 	}
@@ -130,21 +135,22 @@ func (s *Server) createFunction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, out)
+	writeJSON(w, http.StatusCreated, s.functionView(ns, out))
 }
 
 func (s *Server) getFunction(w http.ResponseWriter, r *http.Request) {
 	name := pathVar(r, "name")
-	if err := ValidName("function", name); err != nil {
+	if err := apiv1.ValidName("function", name); err != nil {
 		writeError(w, r, err)
 		return
 	}
-	f, err := s.b.Functions.Get(r.Context(), pathVar(r, "ns"), name)
+	ns := pathVar(r, "ns")
+	f, err := s.b.Functions.Get(r.Context(), ns, name)
 	if err != nil {
 		writeError(w, r, notFound("function", name, err))
 		return
 	}
-	writeJSON(w, http.StatusOK, f)
+	writeJSON(w, http.StatusOK, s.functionView(ns, f))
 }
 
 func (s *Server) updateFunction(w http.ResponseWriter, r *http.Request) {
@@ -161,30 +167,28 @@ func (s *Server) updateFunction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, invalid("the body names function %q but the path %q; a function cannot be renamed", f.Name, name))
 		return
 	}
-	if err := ValidateFunction(&f); err != nil {
+	spec, err := ValidateFunction(f)
+	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	out, err := s.b.Functions.Update(r.Context(), ns, name, func(cur *apiv1.Function) error {
-		changed := cur.Runtime != f.Runtime || cur.Entrypoint != f.Entrypoint || cur.MemoryMB != f.MemoryMB ||
-			cur.TimeoutSec != f.TimeoutSec || !maps.Equal(cur.EnvVars, f.EnvVars)
-		cur.Runtime, cur.Entrypoint, cur.MemoryMB, cur.TimeoutSec, cur.EnvVars = f.Runtime, f.Entrypoint, f.MemoryMB, f.TimeoutSec, f.EnvVars
-		if changed && cur.Status.CodeSHA256 != "" {
-			// The backend rolls the change out and sets Ready again; clients wait for that.
-			cur.Status.Phase, cur.Status.Message = apiv1.PhasePending, "configuration changed; rolling out"
-		}
+	out, err := s.b.Functions.Update(r.Context(), ns, name, func(cur *FunctionSpec) error {
+		// The code is the upload's to change; the store moves the generation if anything else did,
+		// and the function shows Pending until the backend has rolled the change out.
+		spec.CodeSHA256 = cur.CodeSHA256
+		*cur = spec
 		return nil
 	})
 	if err != nil {
 		writeError(w, r, notFound("function", name, err))
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, s.functionView(ns, out))
 }
 
 func (s *Server) deleteFunction(w http.ResponseWriter, r *http.Request) {
 	ns, name := pathVar(r, "ns"), pathVar(r, "name")
-	if err := ValidName("function", name); err != nil {
+	if err := apiv1.ValidName("function", name); err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -193,19 +197,20 @@ func (s *Server) deleteFunction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The function is gone; its archives go too (a backend may also remove them, harmlessly).
-	if err := s.b.Code.DeletePrefix(r.Context(), CodePrefix(ns, name)); err != nil {
+	if err := s.b.Code.DeletePrefix(r.Context(), codestore.Prefix(ns, name)); err != nil {
 		writeError(w, r, fmt.Errorf("deleting stored code of %s/%s: %w", ns, name, err))
 		return
 	}
-	if ring, ok := s.b.Invocations.(*InvocationRing); ok {
-		ring.Forget(ns, name)
+	if err := s.b.Invocations.Forget(r.Context(), ns, name); err != nil {
+		writeError(w, r, fmt.Errorf("deleting the invocation records of %s/%s: %w", ns, name, err))
+		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) invocations(w http.ResponseWriter, r *http.Request) {
 	ns, name := pathVar(r, "ns"), pathVar(r, "name")
-	if err := ValidName("function", name); err != nil {
+	if err := apiv1.ValidName("function", name); err != nil {
 		writeError(w, r, err)
 		return
 	}

@@ -7,18 +7,19 @@ import (
 	"github.com/sless-dev/sless/api/apiv1"
 )
 
-// InvocationRing keeps the last N invocations per function in memory. Both backends use it for now:
-// records are lost on restart (DESIGN.md §6; a durable store comes later).
+// InvocationRing keeps the last N invocations per function in memory (the Kubernetes backend's
+// records until a durable store exists; the single host persists its own).
 type InvocationRing struct {
 	n  int
 	mu sync.Mutex
 	m  map[string]*ring
 }
 
+// ring grows to n records, then overwrites the oldest: a function called once costs one record,
+// not n.
 type ring struct {
 	items []apiv1.Invocation
-	next  int
-	full  bool
+	next  int // where the next record goes once the ring is full
 }
 
 var _ Invocations = (*InvocationRing)(nil)
@@ -38,14 +39,15 @@ func (r *InvocationRing) Record(_ context.Context, ns, name string, inv apiv1.In
 	k := ns + "/" + name
 	rg := r.m[k]
 	if rg == nil {
-		rg = &ring{items: make([]apiv1.Invocation, r.n)}
+		rg = &ring{}
 		r.m[k] = rg
+	}
+	if len(rg.items) < r.n {
+		rg.items = append(rg.items, inv)
+		return
 	}
 	rg.items[rg.next] = inv
 	rg.next = (rg.next + 1) % r.n
-	if rg.next == 0 {
-		rg.full = true
-	}
 }
 
 // List returns up to limit records, newest first.
@@ -57,19 +59,18 @@ func (r *InvocationRing) List(_ context.Context, ns, name string, limit int) ([]
 	if rg == nil {
 		return out, nil
 	}
-	count := rg.next
-	if rg.full {
-		count = r.n
-	}
-	for i := 0; i < count && len(out) < limit; i++ {
-		out = append(out, rg.items[(rg.next-1-i+r.n)%r.n])
+	n := len(rg.items)
+	newest := (rg.next - 1 + n) % n // rg.next is 0 until the ring is full: the newest is the last
+	for i := 0; i < n && len(out) < limit; i++ {
+		out = append(out, rg.items[(newest-i+n)%n])
 	}
 	return out, nil
 }
 
 // Forget drops a function's records (when it is deleted).
-func (r *InvocationRing) Forget(ns, name string) {
+func (r *InvocationRing) Forget(_ context.Context, ns, name string) error {
 	r.mu.Lock()
 	delete(r.m, ns+"/"+name)
 	r.mu.Unlock()
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/runspec"
 )
 
 type proxyTarget struct {
@@ -100,7 +101,7 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if off, names := DisabledBy(triggers, name); off {
+	if off, names := runspec.DisabledBy(triggersOf(triggers), name); off {
 		writeError(w, r, apiv1.Errorf(apiv1.CodeNotReady, "function %q is disabled by trigger %s; enable one to serve requests",
 			name, strings.Join(names, ", ")))
 		return
@@ -110,17 +111,17 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	target, err := s.b.Resolver.Resolve(r.Context(), ns, name)
 	if err != nil {
 		var nr *NotReadyError
-		if errors.As(err, &nr) && fn.Status.Phase != apiv1.PhaseReady {
-			msg := fmt.Sprintf("function %q is %s", name, strings.ToLower(orDefault(fn.Status.Phase, apiv1.PhasePending)))
-			if fn.Status.Message != "" {
-				msg += ": " + fn.Status.Message
+		if view := s.functionView(ns, fn); errors.As(err, &nr) && view.Status.Phase != apiv1.PhaseReady {
+			msg := fmt.Sprintf("function %q is %s", name, strings.ToLower(orDefault(string(view.Status.Phase), string(apiv1.PhasePending))))
+			if view.Status.Message != "" {
+				msg += ": " + view.Status.Message
 			}
 			err = apiv1.Errorf(apiv1.CodeNotReady, "%s", msg)
 		}
 		writeError(w, r, notFound("function", name, err))
 		return
 	}
-	timeout := time.Duration(orInt(fn.TimeoutSec, DefaultTimeoutSec))*time.Second + time.Second
+	timeout := time.Duration(orInt(fn.Spec.TimeoutSec, apiv1.DefaultTimeoutSec))*time.Second + time.Second
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	rc := http.NewResponseController(w)

@@ -5,17 +5,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/sless-dev/sless/api/apitest"
 )
 
 // BenchmarkProxy is the API's own cost per /fn/ request (a trivial upstream, keep-alive client).
 func BenchmarkProxy(b *testing.B) {
-	e := newEnv(&testing.T{})
-	e.ensure()
-	e.function("f")
+	e := apitest.NewEnv(b, apitest.Memstore)
+	e.Ensure()
+	e.Function("f")
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer up.Close()
-	e.ready("f", up.URL)
-	url := e.url + "/fn/" + e.ns + "/f/x"
+	e.Ready("f", up.URL)
+	url := e.URL + "/fn/" + e.NS + "/f/x"
 	client := &http.Client{}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -26,6 +28,9 @@ func BenchmarkProxy(b *testing.B) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("GET %s: %d", url, resp.StatusCode)
+		}
 	}
 }
 
@@ -43,5 +48,8 @@ func BenchmarkDirect(b *testing.B) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("GET: %d", resp.StatusCode)
+		}
 	}
 }

@@ -8,9 +8,9 @@ import (
 	"io"
 	"testing"
 
-	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/apitest"
 	"github.com/sless-dev/sless/api/auth"
-	"github.com/sless-dev/sless/api/codestore"
+	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
@@ -26,24 +26,24 @@ func TestUploadToS3(t *testing.T) {
 	if err := s3.EnsureBucket(ctx); err != nil {
 		t.Fatal(err)
 	}
-	v, _ := auth.New(auth.WithHS256Secret(testSecret))
-	e := newEnvWith(t, onMemstore, s3, t.TempDir(), v)
-	e.ensure()
-	e.function("f")
+	v, _ := auth.New(auth.WithHS256Secret(apitest.Secret))
+	e := apitest.NewEnvWith(t, apitest.Memstore, s3, "", v)
+	e.Ensure()
+	e.Function("f")
 
-	bad := zipOf(t, map[string]string{"../escape.py": "x"})
-	if code, ecode, _ := e.raw("POST", "/v1/namespaces/"+e.ns+"/functions/f/upload", e.token, "application/zip", bad); code != 400 || ecode != "invalid_archive" {
+	bad := apitest.ZipOf(t, map[string]string{"../escape.py": "x"})
+	if code, ecode, _ := e.Raw("POST", "/v1/namespaces/"+e.NS+"/functions/f/upload", e.Token, "application/zip", bad); code != 400 || ecode != "invalid_archive" {
 		t.Fatalf("bad archive: %d %s", code, ecode)
 	}
-	if ok, err := s3.Exists(ctx, api.CodeKey(e.ns, "f", fmt.Sprintf("%x", sha256.Sum256(bad)))); ok || err != nil {
+	if ok, err := s3.Exists(ctx, codestore.Key(e.NS, "f", fmt.Sprintf("%x", sha256.Sum256(bad)))); ok || err != nil {
 		t.Fatalf("the refused archive reached S3 (%v)", err)
 	}
-	z := zipOf(t, map[string]string{"handler.py": "def handle(e): return 1\n"})
-	up, err := e.c.Upload(ctx, "f", bytes.NewReader(z), int64(len(z)))
+	z := apitest.ZipOf(t, map[string]string{"handler.py": "def handle(e): return 1\n"})
+	up, err := e.C.Upload(ctx, "f", bytes.NewReader(z), int64(len(z)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := s3.Get(ctx, api.CodeKey(e.ns, "f", up.CodeSHA256))
+	rc, err := s3.Get(ctx, codestore.Key(e.NS, "f", up.CodeSHA256))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,10 +52,10 @@ func TestUploadToS3(t *testing.T) {
 	if !bytes.Equal(got, z) {
 		t.Errorf("S3 holds %d bytes, uploaded %d", len(got), len(z))
 	}
-	if err := e.c.DeleteFunction(ctx, "f"); err != nil {
+	if err := e.C.DeleteFunction(ctx, "f"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := s3.Exists(ctx, api.CodeKey(e.ns, "f", up.CodeSHA256)); ok {
+	if ok, _ := s3.Exists(ctx, codestore.Key(e.NS, "f", up.CodeSHA256)); ok {
 		t.Error("deleting the function left its code in S3")
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"os"
 	"strings"
 	"time"
 
@@ -52,7 +51,7 @@ func WithUploadLimit(n int64) Option { return func(o *options) { o.uploadLimit =
 // WithProxyBodyLimit bounds a request body sent through /fn/. The default is 6 MiB.
 func WithProxyBodyLimit(n int64) Option { return func(o *options) { o.proxyBodyLimit = n } }
 
-// WithLogger sets the request log. The default is JSON on stderr.
+// WithLogger sets the request log. The default is none: the API is silent unless given a logger.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithPublicURL is the base of the URLs reported to users (status.url). The default is
@@ -109,7 +108,7 @@ func New(b Backend, opts ...Option) (*Server, error) {
 		return nil, errors.New("api: WithVerifier is required: every /v1 route needs verified tokens")
 	}
 	if o.logger == nil {
-		o.logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+		o.logger = slog.New(slog.DiscardHandler)
 	}
 	if o.transport == nil {
 		o.transport = &http.Transport{
@@ -154,11 +153,6 @@ func (s *Server) Metrics() *prometheus.Registry { return s.metrics.reg }
 func (s *Server) ObserveBuild(result string, d time.Duration) {
 	s.metrics.builds.WithLabelValues(result).Inc()
 	s.metrics.buildSeconds.Observe(d.Seconds())
-}
-
-// FunctionURL is the public /fn/ URL of a function.
-func (s *Server) FunctionURL(ns, name string) string {
-	return s.o.publicURL + "/fn/" + ns + "/" + name
 }
 
 // routes is the whole router in one place.

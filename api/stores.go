@@ -3,11 +3,10 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"net/url"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/codestore"
 )
 
 // Errors the stores return (wrapped is fine); the API maps them to its error codes.
@@ -22,18 +21,66 @@ type NotReadyError struct{ Reason string }
 
 func (e *NotReadyError) Error() string { return "not ready: " + e.Reason }
 
-// Store keeps one kind of object (functions, triggers, jobs) per namespace.
-type Store[T any] interface {
-	List(ctx context.Context, ns string) ([]T, error)
+// Object is one stored object as the API sees it (knative's split): the spec the API writes and
+// the status the backend's controller alone writes. Generation counts changes of the spec;
+// ObservedGeneration is the generation the status describes, so a status older than the spec shows
+// as Pending without anyone writing "Pending".
+type Object[S, St any] struct {
+	Spec               S
+	Status             St
+	Generation         int64
+	ObservedGeneration int64
+}
+
+// Store keeps one kind of object per namespace. The API writes only specs through it.
+type Store[S, St any] interface {
+	List(ctx context.Context, ns string) ([]Object[S, St], error)
 	// Get returns ErrNotFound for a missing object.
-	Get(ctx context.Context, ns, name string) (T, error)
-	// Create returns ErrAlreadyExists when the name is taken.
-	Create(ctx context.Context, ns string, obj T) (T, error)
-	// Update applies fn to the stored object atomically; an error from fn aborts and is returned.
-	Update(ctx context.Context, ns, name string, fn func(*T) error) (T, error)
+	Get(ctx context.Context, ns, name string) (Object[S, St], error)
+	// Create stores a new object (generation 1, empty status); ErrAlreadyExists when the name is taken.
+	Create(ctx context.Context, ns string, spec S) (Object[S, St], error)
+	// Update applies fn to the stored spec atomically; an error from fn aborts and is returned. The
+	// generation moves only when the spec changed.
+	Update(ctx context.Context, ns, name string, fn func(*S) error) (Object[S, St], error)
 	// Delete returns ErrNotFound for a missing object.
 	Delete(ctx context.Context, ns, name string) error
 }
+
+// FunctionSpec is what the API stores for a function: the user's settings and the code to run.
+type FunctionSpec struct {
+	Name       string            `json:"name"`
+	Runtime    string            `json:"runtime"`
+	Entrypoint string            `json:"entrypoint,omitempty"`
+	MemoryMB   int               `json:"memory_mb,omitempty"`
+	TimeoutSec int               `json:"timeout_sec,omitempty"`
+	EnvVars    map[string]string `json:"env_vars,omitempty"`
+	// CodeSHA256 names the uploaded archive to run ("" until the first upload).
+	CodeSHA256 string `json:"code_sha256,omitempty"`
+}
+
+// TriggerSpec is what the API stores for a trigger; only Enabled changes after creation.
+type TriggerSpec struct {
+	Name        string            `json:"name"`
+	Type        apiv1.TriggerType `json:"type"`
+	FunctionRef string            `json:"function_ref"`
+	Schedule    string            `json:"schedule,omitempty"`
+	Enabled     *bool             `json:"enabled,omitempty"`
+}
+
+// JobSpec is what the API stores for a job; a higher RunID asks for another run.
+type JobSpec struct {
+	Name        string `json:"name"`
+	FunctionRef string `json:"function_ref"`
+	EventJSON   string `json:"event_json,omitempty"`
+	RunID       int64  `json:"run_id"`
+}
+
+// Stored objects of each kind.
+type (
+	Function = Object[FunctionSpec, apiv1.FunctionStatus]
+	Trigger  = Object[TriggerSpec, apiv1.TriggerStatus]
+	Job      = Object[JobSpec, apiv1.JobStatus]
+)
 
 // Namespaces creates and removes tenants' namespaces.
 type Namespaces interface {
@@ -42,23 +89,6 @@ type Namespaces interface {
 	// Delete removes the namespace and everything left in it.
 	Delete(ctx context.Context, ns string) error
 }
-
-// CodeStore keeps uploaded archives under keys made by CodeKey.
-type CodeStore interface {
-	Put(ctx context.Context, key string, r io.Reader, size int64) error
-	// Get returns ErrNotFound for a missing key.
-	Get(ctx context.Context, key string) (io.ReadCloser, error)
-	Exists(ctx context.Context, key string) (bool, error)
-	DeletePrefix(ctx context.Context, prefix string) error
-}
-
-// CodeKey is where a function's archive is stored: code/{ns}/{name}/{sha256}.zip.
-func CodeKey(ns, name, sha256 string) string {
-	return fmt.Sprintf("code/%s/%s/%s.zip", ns, name, sha256)
-}
-
-// CodePrefix holds every archive of one function.
-func CodePrefix(ns, name string) string { return fmt.Sprintf("code/%s/%s/", ns, name) }
 
 // Resolver finds where a Ready function listens. It returns ErrNotFound or *NotReadyError when it
 // cannot route there.
@@ -70,16 +100,18 @@ type Resolver interface {
 type Invocations interface {
 	Record(ctx context.Context, ns, name string, inv apiv1.Invocation)
 	List(ctx context.Context, ns, name string, limit int) ([]apiv1.Invocation, error)
+	// Forget drops a deleted function's records.
+	Forget(ctx context.Context, ns, name string) error
 }
 
 // Backend is everything the API needs from a platform.
 type Backend struct {
 	Namespaces  Namespaces
-	Functions   Store[apiv1.Function]
-	Triggers    Store[apiv1.Trigger]
-	Jobs        Store[apiv1.Job]
+	Functions   Store[FunctionSpec, apiv1.FunctionStatus]
+	Triggers    Store[TriggerSpec, apiv1.TriggerStatus]
+	Jobs        Store[JobSpec, apiv1.JobStatus]
 	Invocations Invocations
-	Code        CodeStore
+	Code        codestore.Store
 	Resolver    Resolver
 	// Serving, when set, is what /fn/ reads functions and triggers from on every request: a view
 	// that may lag the stores above by a moment but costs no round trip (the Kubernetes backend's
@@ -90,10 +122,10 @@ type Backend struct {
 // ServingView is the read side /fn/ needs per request.
 type ServingView struct {
 	Functions interface {
-		Get(ctx context.Context, ns, name string) (apiv1.Function, error)
+		Get(ctx context.Context, ns, name string) (Function, error)
 	}
 	Triggers interface {
-		List(ctx context.Context, ns string) ([]apiv1.Trigger, error)
+		List(ctx context.Context, ns string) ([]Trigger, error)
 	}
 }
 

@@ -22,12 +22,17 @@ func (s *Server) functionExists(r *http.Request, ns, name string) error {
 // --- triggers
 
 func (s *Server) listTriggers(w http.ResponseWriter, r *http.Request) {
-	items, err := s.b.Triggers.List(r.Context(), pathVar(r, "ns"))
+	ns := pathVar(r, "ns")
+	objs, err := s.b.Triggers.List(r.Context(), ns)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, apiv1.List[apiv1.Trigger]{Items: nonNil(items)})
+	items := make([]apiv1.Trigger, 0, len(objs))
+	for _, o := range objs {
+		items = append(items, s.triggerView(ns, o))
+	}
+	writeJSON(w, http.StatusOK, apiv1.List[apiv1.Trigger]{Items: items})
 }
 
 func (s *Server) createTrigger(w http.ResponseWriter, r *http.Request) {
@@ -37,7 +42,8 @@ func (s *Server) createTrigger(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if err := ValidateTrigger(&t); err != nil {
+	spec, err := ValidateTrigger(t)
+	if err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -49,11 +55,7 @@ func (s *Server) createTrigger(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	t.Status = apiv1.TriggerStatus{Active: t.IsEnabled()}
-	if t.Type == apiv1.TriggerHTTP {
-		t.Status.URL = s.FunctionURL(ns, t.FunctionRef)
-	}
-	out, err := s.b.Triggers.Create(r.Context(), ns, t)
+	out, err := s.b.Triggers.Create(r.Context(), ns, spec)
 	if errors.Is(err, ErrAlreadyExists) {
 		err = apiv1.Errorf(apiv1.CodeAlreadyExists, "trigger %q already exists", t.Name)
 	}
@@ -61,21 +63,21 @@ func (s *Server) createTrigger(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, out)
+	writeJSON(w, http.StatusCreated, s.triggerView(ns, out))
 }
 
 func (s *Server) getTrigger(w http.ResponseWriter, r *http.Request) {
-	name := pathVar(r, "name")
-	if err := ValidName("trigger", name); err != nil {
+	ns, name := pathVar(r, "ns"), pathVar(r, "name")
+	if err := apiv1.ValidName("trigger", name); err != nil {
 		writeError(w, r, err)
 		return
 	}
-	t, err := s.b.Triggers.Get(r.Context(), pathVar(r, "ns"), name)
+	t, err := s.b.Triggers.Get(r.Context(), ns, name)
 	if err != nil {
 		writeError(w, r, notFound("trigger", name, err))
 		return
 	}
-	writeJSON(w, http.StatusOK, t)
+	writeJSON(w, http.StatusOK, s.triggerView(ns, t))
 }
 
 // patchTrigger changes only enabled; an attempt to change what is fixed is refused, so that a
@@ -97,8 +99,8 @@ func (s *Server) patchTrigger(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, invalid(`the body must set "enabled"; it is the only field a trigger can change`))
 		return
 	}
-	out, err := s.b.Triggers.Update(r.Context(), ns, name, func(t *apiv1.Trigger) error {
-		for field, cur := range map[string]string{"type": t.Type, "function_ref": t.FunctionRef, "schedule": t.Schedule} {
+	out, err := s.b.Triggers.Update(r.Context(), ns, name, func(t *TriggerSpec) error {
+		for field, cur := range map[string]string{"type": string(t.Type), "function_ref": t.FunctionRef, "schedule": t.Schedule} {
 			if v, ok := raw[field]; ok {
 				var s string
 				if json.Unmarshal(v, &s) != nil || s != cur {
@@ -107,19 +109,18 @@ func (s *Server) patchTrigger(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		t.Enabled = patch.Enabled
-		t.Status.Active = *patch.Enabled
 		return nil
 	})
 	if err != nil {
 		writeError(w, r, notFound("trigger", name, err))
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, s.triggerView(ns, out))
 }
 
 func (s *Server) deleteTrigger(w http.ResponseWriter, r *http.Request) {
 	name := pathVar(r, "name")
-	if err := ValidName("trigger", name); err != nil {
+	if err := apiv1.ValidName("trigger", name); err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -133,12 +134,16 @@ func (s *Server) deleteTrigger(w http.ResponseWriter, r *http.Request) {
 // --- jobs
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
-	items, err := s.b.Jobs.List(r.Context(), pathVar(r, "ns"))
+	objs, err := s.b.Jobs.List(r.Context(), pathVar(r, "ns"))
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, apiv1.List[apiv1.Job]{Items: nonNil(items)})
+	items := make([]apiv1.Job, 0, len(objs))
+	for _, o := range objs {
+		items = append(items, jobView(o))
+	}
+	writeJSON(w, http.StatusOK, apiv1.List[apiv1.Job]{Items: items})
 }
 
 func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
@@ -148,7 +153,8 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if err := ValidateJob(&j); err != nil {
+	spec, err := ValidateJob(j)
+	if err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -160,11 +166,7 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	j.Status = apiv1.JobStatus{Phase: apiv1.JobPending}
-	if j.RunID == 0 {
-		j.Status.Phase = apiv1.JobSkipped
-	}
-	out, err := s.b.Jobs.Create(r.Context(), ns, j)
+	out, err := s.b.Jobs.Create(r.Context(), ns, spec)
 	if errors.Is(err, ErrAlreadyExists) {
 		err = apiv1.Errorf(apiv1.CodeAlreadyExists, "job %q already exists", j.Name)
 	}
@@ -172,12 +174,12 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, out)
+	writeJSON(w, http.StatusCreated, jobView(out))
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 	name := pathVar(r, "name")
-	if err := ValidName("job", name); err != nil {
+	if err := apiv1.ValidName("job", name); err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -186,7 +188,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, notFound("job", name, err))
 		return
 	}
-	writeJSON(w, http.StatusOK, j)
+	writeJSON(w, http.StatusOK, jobView(j))
 }
 
 // putJob follows the seed's run_id rule: higher runs again, equal changes nothing, lower is refused.
@@ -204,35 +206,34 @@ func (s *Server) putJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, invalid("the body names job %q but the path %q", j.Name, name))
 		return
 	}
-	if err := ValidateJob(&j); err != nil {
+	spec, err := ValidateJob(j)
+	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	out, err := s.b.Jobs.Update(r.Context(), ns, name, func(cur *apiv1.Job) error {
-		if j.FunctionRef != cur.FunctionRef {
+	out, err := s.b.Jobs.Update(r.Context(), ns, name, func(cur *JobSpec) error {
+		if spec.FunctionRef != cur.FunctionRef {
 			return invalid("function_ref is fixed once a job exists; delete and re-create the job to change it")
 		}
 		switch {
-		case j.RunID < cur.RunID:
-			return invalid("run_id %d is lower than the current %d; raise it to run the job again", j.RunID, cur.RunID)
-		case j.RunID == cur.RunID:
+		case spec.RunID < cur.RunID:
+			return invalid("run_id %d is lower than the current %d; raise it to run the job again", spec.RunID, cur.RunID)
+		case spec.RunID == cur.RunID:
 			return nil
 		}
-		cur.RunID, cur.EventJSON = j.RunID, j.EventJSON
-		cur.Status.Phase, cur.Status.Message = apiv1.JobPending, ""
-		cur.Status.StartTime, cur.Status.CompletionTime = nil, nil
+		cur.RunID, cur.EventJSON = spec.RunID, spec.EventJSON
 		return nil
 	})
 	if err != nil {
 		writeError(w, r, notFound("job", name, err))
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, jobView(out))
 }
 
 func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) {
 	name := pathVar(r, "name")
-	if err := ValidName("job", name); err != nil {
+	if err := apiv1.ValidName("job", name); err != nil {
 		writeError(w, r, err)
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/layers"
 )
 
@@ -24,7 +25,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	ns, name := pathVar(r, "ns"), pathVar(r, "name")
 	ctx := r.Context()
 	http.NewResponseController(w).SetReadDeadline(time.Now().Add(10 * time.Minute))
-	if err := ValidName("function", name); err != nil {
+	if err := apiv1.ValidName("function", name); err != nil {
 		drain(r)
 		writeError(w, r, err)
 		return
@@ -66,7 +67,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	key := CodeKey(ns, name, sum)
+	key := codestore.Key(ns, name, sum)
 	exists, err := s.b.Code.Exists(ctx, key)
 	if err != nil {
 		writeError(w, r, fmt.Errorf("checking the code store: %w", err))
@@ -82,18 +83,11 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out, err := s.b.Functions.Update(ctx, ns, name, func(fn *apiv1.Function) error {
-		if fn.Status.CodeSHA256 == sum {
-			return nil // same code: no new build
-		}
-		fn.Status.CodeSHA256 = sum
-		fn.Status.Phase = apiv1.PhasePending
-		fn.Status.Message = "code uploaded; waiting for a build"
-		return nil
-	})
+	// The same code again changes nothing (no new generation, no build).
+	out, err := s.b.Functions.Update(ctx, ns, name, func(fn *FunctionSpec) error { fn.CodeSHA256 = sum; return nil })
 	if err != nil {
 		writeError(w, r, notFound("function", name, err))
 		return
 	}
-	writeJSON(w, http.StatusAccepted, apiv1.UploadResponse{CodeSHA256: sum, Phase: out.Status.Phase})
+	writeJSON(w, http.StatusAccepted, apiv1.UploadResponse{CodeSHA256: sum, Phase: s.functionView(ns, out).Status.Phase})
 }

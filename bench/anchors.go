@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/sless-dev/sless/local"
+	"github.com/sless-dev/sless/local/podman"
 )
 
 const kanikoImage = "localhost/sless-bench/kaniko:v1.23.2"
@@ -32,7 +32,7 @@ func anchorContext(work, code, base string) (string, error) {
 }
 
 func podmanCmd(ctx context.Context, work string, args ...string) *exec.Cmd {
-	full := append(local.PodmanGlobalFlags(filepath.Join(cacheDir(), "podman")), args...)
+	full := append(podman.GlobalFlags(filepath.Join(cacheDir(), "podman")), args...)
 	cmd := exec.CommandContext(ctx, "podman", full...)
 	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+containersConf())
 	return cmd
@@ -40,7 +40,7 @@ func podmanCmd(ctx context.Context, work string, args ...string) *exec.Cmd {
 
 func containersConf() string {
 	root, _ := repoRoot()
-	return filepath.Join(root, "local", "containers.conf")
+	return filepath.Join(root, "local", "podman", "containers.conf")
 }
 
 // runKaniko builds the anchor context with kaniko's executor under podman, as the seed system ran

@@ -116,7 +116,7 @@ func benchK8s(ctx context.Context, c config, work string) error {
 					continue
 				}
 				builtAt.CompareAndSwap(0, time.Now().UnixNano())
-				if f.Status.Phase == slessv1.PhaseReady {
+				if f.Status.Phase == apiv1.PhaseReady {
 					readyAt.CompareAndSwap(0, time.Now().UnixNano())
 				}
 			}

@@ -19,8 +19,8 @@ import (
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
-	"github.com/sless-dev/sless/api/codestore"
 	"github.com/sless-dev/sless/api/memstore"
+	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/ports"
 )
 
@@ -67,7 +67,8 @@ func benchProxy(ctx context.Context, c config, work string) error {
 	defer hs.Close()
 	ns := apiv1.NamespaceFor("bench")
 	stores.Namespaces.Ensure(ctx, ns)
-	stores.Functions.Create(ctx, ns, apiv1.Function{Name: "hello", Runtime: "python3.11", Status: apiv1.FunctionStatus{Phase: apiv1.PhaseReady}})
+	stores.Functions.Create(ctx, ns, api.FunctionSpec{Name: "hello", Runtime: "python3.11"})
+	stores.Functions.SetStatus(ns, "hello", func(s *apiv1.FunctionStatus) { s.Phase = apiv1.PhaseReady })
 	proxied := "http://" + ln.Addr().String() + "/fn/" + ns + "/hello"
 
 	conc, dur := c.proxyConc, 5*time.Second

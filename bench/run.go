@@ -16,12 +16,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/sless-dev/sless/internal/registry"
-	"github.com/sless-dev/sless/local"
+	"github.com/sless-dev/sless/local/podman"
 	"github.com/sless-dev/sless/oci"
 )
 
 // podmanRunFlags are what podman needs on these machines (DESIGN.md §7).
-var podmanRunFlags = local.PodmanRunFlags
+var podmanRunFlags = podman.RunFlags
 
 func run(ctx context.Context, c config) error {
 	root, err := repoRoot()

@@ -1,7 +1,8 @@
-// Package local is the single-host backend behind `sless up`: the API's stores in a bbolt file
-// under the data dir, a controller that builds uploaded code in-process and runs each function as a
-// podman container (host network, a free port, health-checked before the proxy switches to it), a
-// cron scheduler with an injectable clock, one-shot job containers, and recovery of all of it after
-// a restart. bbolt because it is pure Go, one file, transactional, and the state is a handful of
-// small JSON records per function; no SQL is needed.
+// Package local is the single-host backend behind `sless up`: it wires the state file
+// (local/state), the embedded registry, the code store on disk, the shared build pipeline (package
+// build, with dependency layers installed in place by a podman container), the podman runner
+// (local/runner) and the runtime images (local/runtimeimages), and runs the controller: a
+// rate-limited work queue (client-go's) whose reconcilers build uploaded code, run each function
+// in a health-checked container /fn/ switches to, run jobs and cron triggers (with an injectable
+// clock) as one-shot containers, write every status, and restore all of it after a restart.
 package local

@@ -2,93 +2,73 @@ package local
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/local/runner"
+	"github.com/sless-dev/sless/runspec"
 )
 
-// recover restores what the state file says after a start: every function is reconciled (running
+// recover restores what the state file says after a start: every object is reconciled (running
 // containers of this instance are adopted, missing ones started), jobs caught mid-run are attached
 // to or marked failed, and containers of this instance that belong to nothing are removed.
-func (p *Platform) recover(ctx context.Context) error {
-	fns, err := p.functions.all()
+func (c *controller) recover(ctx context.Context) error {
+	p := c.p
+	if err := c.enqueueAll(); err != nil {
+		return err
+	}
+	fns, err := p.db.Functions.All()
 	if err != nil {
 		return err
 	}
 	known := map[string]bool{}
 	for ns, list := range fns {
 		for _, f := range list {
-			known[ns+"/"+f.Name] = true
-			p.queue.add("fn/" + ns + "/" + f.Name)
+			known[ns+"/"+f.Spec.Name] = true
 		}
 	}
-	jobs, err := p.jobs.all()
+	jobs, err := p.db.Jobs.All()
 	if err != nil {
 		return err
 	}
-	cs, err := p.podman.list(ctx, p.instance)
+	cs, err := p.run.List(ctx)
 	if err != nil {
 		return err
 	}
 	names := map[string]bool{}
-	for _, c := range cs {
-		names[c.Name] = true
+	for _, ct := range cs {
+		names[ct.Name] = true
 	}
 	for ns, list := range jobs {
 		for _, j := range list {
 			if j.Status.Phase != apiv1.JobRunning {
-				p.queue.add("job/" + ns + "/" + j.Name)
 				continue
 			}
-			cname := fmt.Sprintf("sless-job-%s-%s-%d", ns, j.Name, j.Status.LastRunID)
-			ns, j := ns, j
+			ns, name, runID := ns, j.Spec.Name, j.Status.LastRunID
+			cname := jobContainer(ns, name, runID)
 			if !names[cname] {
-				p.finishJob(ns, j.Name, j.Status.LastRunID, false, "interrupted: sless up stopped during the run; raise run_id to run again")
+				c.finishJob(ns, name, runID, runnerOutcome(false, "interrupted: sless up stopped during the run; raise run_id to run again"))
 				continue
 			}
-			p.jobWG.Add(1)
+			c.runs.Add(1)
 			go func() {
-				defer p.jobWG.Done()
-				ok, msg, interrupted := p.runOnce(ctx, containerSpec{name: cname}, false)
-				if !interrupted {
-					p.finishJob(ns, j.Name, j.Status.LastRunID, ok, msg)
+				defer c.runs.Done()
+				if out := p.run.Attach(ctx, cname); !out.Interrupted {
+					c.finishJob(ns, name, runID, out)
 				}
 			}()
 		}
 	}
-	for _, c := range cs {
-		if c.Labels[labelRole] == "cron" {
+	for _, ct := range cs {
+		switch {
+		case ct.Labels[runspec.LabelRole] == string(runspec.RoleCron):
 			// A cron run interrupted by the stop: it is not recorded, and the schedule goes on.
-			p.podman.remove(ctx, c.Name)
-			continue
-		}
-		if c.Labels[labelRole] == "function" && !known[c.Labels[labelNamespace]+"/"+c.Labels[labelFunction]] {
-			p.log.Info("removing orphaned container", "container", c.Name)
-			p.podman.remove(ctx, c.Name)
+			p.pm.Remove(ctx, ct.Name, 5)
+		case ct.Labels[runspec.LabelRole] == string(runspec.RoleFunction) && !known[ct.Labels[runspec.LabelNamespace]+"/"+ct.Labels[runspec.LabelFunction]]:
+			p.log.Info("removing orphaned container", "container", ct.Name)
+			p.pm.Remove(ctx, ct.Name, 5)
 		}
 	}
 	return nil
 }
 
-// resync reconciles everything every 30 s, so a container that died is noticed and replaced.
-func (p *Platform) resync(ctx context.Context) {
-	t := time.NewTicker(30 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			fns, err := p.functions.all()
-			if err != nil {
-				continue
-			}
-			for ns, list := range fns {
-				for _, f := range list {
-					p.queue.add("fn/" + ns + "/" + f.Name)
-				}
-			}
-		}
-	}
-}
+func runnerOutcome(ok bool, msg string) runner.Outcome { return runner.Outcome{OK: ok, Message: msg} }

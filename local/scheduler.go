@@ -8,7 +8,10 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/local/runner"
+	"github.com/sless-dev/sless/runspec"
 )
 
 // Clock is the time cron triggers follow. Tests replace it so schedules fire without waiting.
@@ -39,22 +42,22 @@ func (c *ManualClock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
 // whose next time is due runs once, in job mode, with the cron event. Missed times collapse into one
 // run of the latest (like a CronJob's startingDeadline with concurrencyPolicy Forbid).
 type scheduler struct {
-	p         *Platform
+	c         *controller
 	poke      chan chan struct{}
 	mu        sync.Mutex
 	firstSeen map[string]time.Time
 	running   map[string]bool
 }
 
-func newScheduler(p *Platform) *scheduler {
-	return &scheduler{p: p, poke: make(chan chan struct{}), firstSeen: map[string]time.Time{}, running: map[string]bool{}}
+func newScheduler(c *controller) *scheduler {
+	return &scheduler{c: c, poke: make(chan chan struct{}), firstSeen: map[string]time.Time{}, running: map[string]bool{}}
 }
 
 // Poke runs a scheduling pass now and returns when it has started any due runs.
 func (p *Platform) Poke(ctx context.Context) error {
 	done := make(chan struct{})
 	select {
-	case p.sched.poke <- done:
+	case p.ctrl.sched.poke <- done:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -83,21 +86,22 @@ func (s *scheduler) run(ctx context.Context) {
 }
 
 func (s *scheduler) pass(ctx context.Context) {
-	now := s.p.cfg.Clock.Now()
-	all, err := s.p.triggers.all()
+	p := s.c.p
+	now := p.cfg.Clock.Now()
+	all, err := p.db.Triggers.All()
 	if err != nil {
 		return
 	}
 	for ns, ts := range all {
 		for _, t := range ts {
-			if t.Type != apiv1.TriggerCron || !t.IsEnabled() {
+			if t.Spec.Type != apiv1.TriggerCron || (t.Spec.Enabled != nil && !*t.Spec.Enabled) {
 				continue
 			}
-			sched, err := cron.ParseStandard(t.Schedule)
+			sched, err := cron.ParseStandard(t.Spec.Schedule)
 			if err != nil {
 				continue
 			}
-			k := ns + "/" + t.Name
+			k := ns + "/" + t.Spec.Name
 			s.mu.Lock()
 			from, seen := s.firstSeen[k]
 			if !seen {
@@ -121,50 +125,41 @@ func (s *scheduler) pass(ctx context.Context) {
 	}
 }
 
-func (s *scheduler) fire(ctx context.Context, ns string, t apiv1.Trigger, due time.Time) {
-	p := s.p
-	k := ns + "/" + t.Name
+func (s *scheduler) fire(ctx context.Context, ns string, t api.Trigger, due time.Time) {
+	p := s.c.p
+	name := t.Spec.Name
+	k := ns + "/" + name
 	dueUTC := due.UTC()
-	if _, err := p.triggers.Update(ctx, ns, t.Name, func(tr *apiv1.Trigger) error {
-		tr.Status.LastScheduleTime = &dueUTC
-		return nil
-	}); err != nil {
+	if err := p.db.Triggers.UpdateStatus(ns, name, 0, func(st *apiv1.TriggerStatus) { st.LastScheduleTime = &dueUTC }); err != nil {
 		return
 	}
-	fn, err := p.functions.Get(ctx, ns, t.FunctionRef)
-	bs, _ := getBuild(p.db, ns, t.FunctionRef)
-	if err != nil || bs.Image == "" {
-		p.log.Warn("cron: function not built; skipped", "trigger", k, "function", t.FunctionRef)
+	fn, err := p.db.Functions.Get(ctx, ns, t.Spec.FunctionRef)
+	b, _ := p.db.Build(ns, t.Spec.FunctionRef)
+	if err != nil || b.Image == "" {
+		p.log.Warn("cron: function not built; skipped", "trigger", k, "function", t.Spec.FunctionRef)
 		return
 	}
 	s.mu.Lock()
 	s.running[k] = true
 	s.mu.Unlock()
-	env := runEnv(fn)
-	env["JOB_MODE"] = "1"
-	env["EVENT_JSON"] = cronEvent(t.Name, dueUTC)
-	cname := fmt.Sprintf("sless-cron-%s-%s-%d", ns, t.Name, due.Unix())
-	labels := map[string]string{labelInstance: p.instance, labelNamespace: ns, labelFunction: fn.Name, labelRole: "cron"}
-	p.jobWG.Add(1)
+	run := runner.Run{Container: fmt.Sprintf("sless-cron-%s-%s-%d", ns, name, due.Unix()), Role: runspec.RoleCron,
+		Event:    runspec.CronEvent(name, dueUTC),
+		Function: runner.Function{Namespace: ns, Name: fn.Spec.Name, Image: b.Image, Env: fn.Spec.EnvVars, TimeoutSec: fn.Spec.TimeoutSec, MemoryMB: fn.Spec.MemoryMB}}
+	s.c.runs.Add(1)
 	go func() {
-		defer p.jobWG.Done()
+		defer s.c.runs.Done()
+		defer func() { s.mu.Lock(); delete(s.running, k); s.mu.Unlock() }()
 		start := time.Now()
-		ok, msg, interrupted := p.runOnce(ctx, containerSpec{name: cname, image: bs.Image, labels: labels, env: env, detach: true, memoryMB: fn.MemoryMB}, true)
-		if interrupted {
-			s.mu.Lock()
-			delete(s.running, k)
-			s.mu.Unlock()
+		out := p.run.RunOnce(ctx, run)
+		if out.Interrupted {
 			return
 		}
 		status := 200
-		if !ok {
+		if !out.OK {
 			status = 500
-			p.log.Warn("cron run failed", "trigger", k, "message", msg)
+			p.log.Warn("cron run failed", "trigger", k, "message", out.Message)
 		}
-		p.inv.Record(context.Background(), ns, fn.Name, apiv1.Invocation{Time: start.UTC(), Status: status,
-			DurationMS: float64(time.Since(start).Microseconds()) / 1000, RequestID: "cron-" + t.Name + "-" + fmt.Sprint(due.Unix())})
-		s.mu.Lock()
-		delete(s.running, k)
-		s.mu.Unlock()
+		p.db.Invocations.Record(context.Background(), ns, fn.Spec.Name, apiv1.Invocation{Time: start.UTC(), Status: status,
+			DurationMS: float64(time.Since(start).Microseconds()) / 1000, RequestID: "cron-" + name + "-" + fmt.Sprint(due.Unix())})
 	}()
 }

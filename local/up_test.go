@@ -88,11 +88,11 @@ func TestSlessUp(t *testing.T) {
 	ns := u.c.Namespace()
 	fnPath := func(name string) string { return "/fn/" + ns + "/" + name }
 	containersOf := func(name string) []string {
-		out, _ := podman.Command(ctx, "ps", "-a", "--filter", "label=dev.sless.function="+name, "--filter", "label=dev.sless.namespace="+ns, "--format", "{{.Names}}").Output()
+		out, _ := podman.Command(ctx, "ps", "-a", "--filter", "label=sless.dev/function="+name, "--filter", "label=sless.dev/namespace="+ns, "--format", "{{.Names}}").Output()
 		return strings.Fields(string(out))
 	}
 	t.Cleanup(func() {
-		podman.Command(context.Background(), "rm", "-f", "-t", "1", "-a", "--filter", "label=dev.sless.namespace="+ns).Run()
+		podman.Command(context.Background(), "rm", "-f", "-t", "1", "-a", "--filter", "label=sless.dev/namespace="+ns).Run()
 	})
 
 	t.Run("deploy python and node", func(t *testing.T) {
@@ -239,11 +239,19 @@ func TestSlessUp(t *testing.T) {
 		if tr.Status.LastScheduleTime == nil || !tr.Status.LastScheduleTime.Equal(boundary) {
 			t.Errorf("last_schedule_time %v, want %v", tr.Status.LastScheduleTime, boundary)
 		}
-		// The same time again does not fire twice.
+		// The same time again does not fire twice: a pass at a later second of that minute starts
+		// nothing, and the next scheduled time does fire. A second run for the first time would
+		// have been recorded before the next one (runs of one trigger never overlap).
 		setClock(t, u, boundary.Add(40*time.Second))
-		time.Sleep(time.Second)
-		if inv, _ := u.c.Invocations(ctx, "ticker"); len(inv) != 1 {
-			t.Errorf("%d runs for one scheduled time", len(inv))
+		next := boundary.Add(5 * time.Minute)
+		setClock(t, u, next.Add(10*time.Second))
+		var inv []apiv1.Invocation
+		waitFor(t, 30*time.Second, func() bool {
+			inv, _ = u.c.Invocations(ctx, "ticker")
+			return len(inv) > 0 && inv[0].RequestID == fmt.Sprintf("cron-every5-%d", next.Unix())
+		}, "the run of the next scheduled time")
+		if len(inv) != 2 || inv[1].RequestID != fmt.Sprintf("cron-every5-%d", boundary.Unix()) {
+			t.Errorf("runs %+v, want one for %s and one for %s", inv, boundary, next)
 		}
 	})
 
@@ -277,8 +285,8 @@ func TestSlessUp(t *testing.T) {
 		sum := sha256.Sum256([]byte(dataDir))
 		inst := hex.EncodeToString(sum[:])[:12]
 		for _, c := range []struct{ name, instance string }{{"sless-test-orphan", inst}, {"sless-test-foreign", "0123456789ab"}} {
-			args := append([]string{"run", "-d", "--name", c.name, "--label", "dev.sless.instance=" + c.instance, "--label", "dev.sless.role=function",
-				"--label", "dev.sless.namespace=" + ns, "--label", "dev.sless.function=ghost"}, testenv.PodmanRunFlags...)
+			args := append([]string{"run", "-d", "--name", c.name, "--label", "sless.dev/instance=" + c.instance, "--label", "sless.dev/role=function",
+				"--label", "sless.dev/namespace=" + ns, "--label", "sless.dev/function=ghost"}, testenv.PodmanRunFlags...)
 			args = append(args, "--entrypoint", "sleep", py.Status.Image, "300")
 			if out, err := podman.Command(ctx, args...).CombinedOutput(); err != nil {
 				t.Fatalf("starting %s: %v %s", c.name, err, out)
@@ -296,7 +304,7 @@ func TestSlessUp(t *testing.T) {
 		if c, _ := u.get(fnPath("js")); c != 200 {
 			t.Errorf("js after restart: %d", c)
 		}
-		ghosts := strings.Fields(string(mustOutput(t, podman.Command(ctx, "ps", "-a", "--filter", "label=dev.sless.function=ghost", "--format", "{{.Names}}"))))
+		ghosts := strings.Fields(string(mustOutput(t, podman.Command(ctx, "ps", "-a", "--filter", "label=sless.dev/function=ghost", "--format", "{{.Names}}"))))
 		if len(ghosts) != 1 || ghosts[0] != "sless-test-foreign" {
 			t.Errorf("after restart the ghost containers are %v; want only the other instance's", ghosts)
 		}

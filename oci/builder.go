@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/layers"
 )
 
@@ -155,18 +155,13 @@ func (b *Builder) report(stage, format string, args ...any) {
 	}
 }
 
-var handlerPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_./-]*\.[A-Za-z_$][A-Za-z0-9_$]*$`)
-
-// ValidHandler reports whether h looks like module.function (python) or file.export (node).
-func ValidHandler(h string) bool { return len(h) <= 256 && handlerPattern.MatchString(h) }
-
 // Build makes the function image: the runtime image plus one code layer, with the config of
 // DESIGN.md §3. The runtime's layers are never downloaded.
 func (b *Builder) Build(ctx context.Context, src Source) (*Result, error) {
 	if (src.Zip == nil) == (src.Dir == nil) {
 		return nil, fmt.Errorf("%w: give exactly one of a zip archive or a directory", ErrInvalidSource)
 	}
-	if !ValidHandler(src.Handler) {
+	if err := apiv1.ValidEntrypoint(src.Handler); err != nil {
 		return nil, fmt.Errorf("%w: handler %q must look like module.function (python) or file.export (node)", ErrInvalidSource, src.Handler)
 	}
 	bs, err := b.resolve(ctx, src.RuntimeImage)

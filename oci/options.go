@@ -16,23 +16,21 @@ import (
 type Option func(*options) error
 
 type options struct {
-	transport   http.RoundTripper
-	keychain    authn.Keychain
-	insecure    bool
-	modTime     time.Time
-	progress    func(Progress)
-	baseTTL     time.Duration
-	layerOpts   []layers.Option
-	jobs        int
-	defaultPort string
+	transport http.RoundTripper
+	keychain  authn.Keychain
+	insecure  bool
+	modTime   time.Time
+	progress  func(Progress)
+	baseTTL   time.Duration
+	layerOpts []layers.Option
+	jobs      int
 }
 
 func makeOptions(opts ...Option) (*options, error) {
 	o := &options{
-		keychain:    authn.DefaultKeychain,
-		modTime:     time.Unix(0, 0).UTC(),
-		jobs:        4,
-		defaultPort: "8080",
+		keychain: authn.DefaultKeychain,
+		modTime:  time.Unix(0, 0).UTC(),
+		jobs:     4,
 	}
 	for _, opt := range opts {
 		if err := opt(o); err != nil {

@@ -276,3 +276,35 @@ func (c *countingBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// Delete removes the manifest ref ("repo@sha256:…") from its registry with the Builder's
+// credentials and transport. A manifest that is already gone is not an error.
+func (b *Builder) Delete(ctx context.Context, ref string) error {
+	d, err := name.NewDigest(ref, b.nameOpts()...)
+	if err != nil {
+		return fmt.Errorf("%w: %q is not a reference by digest: %v", ErrInvalidSource, ref, err)
+	}
+	if err := remote.Delete(d, append(b.ropts, remote.WithContext(ctx))...); err != nil && !IsNotFound(err) {
+		return fmt.Errorf("deleting %s: %w", ref, err)
+	}
+	return nil
+}
+
+// IsNotFound reports whether a registry answered that a manifest or blob does not exist (404, or
+// the distribution error codes that say so).
+func IsNotFound(err error) bool {
+	var terr *transport.Error
+	if !errors.As(err, &terr) {
+		return false
+	}
+	if terr.StatusCode == http.StatusNotFound {
+		return true
+	}
+	for _, d := range terr.Errors {
+		switch d.Code {
+		case transport.ManifestUnknownErrorCode, transport.BlobUnknownErrorCode, transport.NameUnknownErrorCode:
+			return true
+		}
+	}
+	return false
+}

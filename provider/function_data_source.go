@@ -77,7 +77,7 @@ func (d *FunctionDataSource) Read(ctx context.Context, req datasource.ReadReques
 	}
 	m.Runtime, m.Entrypoint = types.StringValue(f.Runtime), types.StringValue(f.Entrypoint)
 	m.MemoryMB, m.TimeoutSec = types.Int64Value(int64(f.MemoryMB)), types.Int64Value(int64(f.TimeoutSec))
-	m.Image, m.Phase, m.CodeSHA256 = types.StringValue(f.Status.Image), types.StringValue(f.Status.Phase), types.StringValue(f.Status.CodeSHA256)
+	m.Image, m.Phase, m.CodeSHA256 = types.StringValue(f.Status.Image), types.StringValue(string(f.Status.Phase)), types.StringValue(f.Status.CodeSHA256)
 	m.Namespace, m.URL = types.StringValue(d.c.Namespace()), types.StringValue(f.Status.URL)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
@@ -67,14 +68,17 @@ func (r *FunctionResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			"id": schema.StringAttribute{Computed: true, PlanModifiers: keep(), Description: "The function's name."},
 			"name": schema.StringAttribute{Required: true, Validators: []validator.String{nameValidator},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()}, Description: "Name (a DNS-1123 label); changing it replaces the function."},
-			"runtime":    schema.StringAttribute{Required: true, Validators: []validator.String{runtimeValidator}, Description: "python3.11 or nodejs20."},
-			"entrypoint": schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString("handler.handle"), Description: "module.function (python) or file.export (node)."},
+			"runtime": schema.StringAttribute{Required: true, Validators: []validator.String{runtimeValidator}, Description: strings.Join(apiv1.Runtimes(), " or ") + "."},
+			"entrypoint": schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString(apiv1.DefaultEntrypoint),
+				Validators: []validator.String{entrypointValidator}, Description: "module.function (python) or file.export (node)."},
 			"source_dir": schema.StringAttribute{Optional: true, Description: "Directory of the code; zipped deterministically, so unchanged files plan no change.",
 				Validators: []validator.String{stringvalidator.ExactlyOneOf(path.MatchRoot("source_dir"), path.MatchRoot("code_path"))}},
-			"code_path":         schema.StringAttribute{Optional: true, Description: "A zip of the code (instead of source_dir)."},
-			"code_hash":         schema.StringAttribute{Optional: true, Description: "With code_path: a hash of the code that changes when it does, e.g. filesha256(...)."},
-			"memory_mb":         schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(128), Description: "Memory limit in MiB (64–8192)."},
-			"timeout_sec":       schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(30), Description: "Per-invocation timeout in seconds (1–900)."},
+			"code_path": schema.StringAttribute{Optional: true, Description: "A zip of the code (instead of source_dir)."},
+			"code_hash": schema.StringAttribute{Optional: true, Description: "With code_path: a hash of the code that changes when it does, e.g. filesha256(...)."},
+			"memory_mb": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(apiv1.DefaultMemoryMB),
+				Validators: []validator.Int64{memoryValidator}, Description: fmt.Sprintf("Memory limit in MiB (%d–%d).", apiv1.MinMemoryMB, apiv1.MaxMemoryMB)},
+			"timeout_sec": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(apiv1.DefaultTimeoutSec),
+				Validators: []validator.Int64{timeoutValidator}, Description: fmt.Sprintf("Per-invocation timeout in seconds (%d–%d).", apiv1.MinTimeoutSec, apiv1.MaxTimeoutSec)},
 			"env_vars":          schema.MapAttribute{Optional: true, ElementType: types.StringType, Description: "Environment variables, set at run time (never baked into the image)."},
 			"build_timeout_sec": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(300), Description: "How long apply waits for the function to be Ready."},
 			"image":             schema.StringAttribute{Computed: true, Description: "The function image, by digest."},
@@ -123,7 +127,7 @@ func (r *FunctionResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 		var state functionModel
 		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 		same := state.CodeSHA256.ValueString() == sum && state.Runtime.Equal(plan.Runtime) && state.Entrypoint.Equal(plan.Entrypoint)
-		if same && state.Phase.ValueString() == apiv1.PhaseReady {
+		if same && apiv1.Phase(state.Phase.ValueString()) == apiv1.PhaseReady {
 			plan.Image, plan.Phase = state.Image, state.Phase
 		} else {
 			plan.Image, plan.Phase = types.StringUnknown(), types.StringUnknown()
@@ -164,7 +168,7 @@ func (m *functionModel) fill(f *apiv1.Function, ns string) {
 		m.EnvVars, _ = types.MapValueFrom(context.Background(), types.StringType, env)
 	}
 	m.Image = types.StringValue(f.Status.Image)
-	m.Phase = types.StringValue(f.Status.Phase)
+	m.Phase = types.StringValue(string(f.Status.Phase))
 	m.CodeSHA256 = types.StringValue(f.Status.CodeSHA256)
 	m.Namespace = types.StringValue(ns)
 	m.URL = types.StringValue(f.Status.URL)

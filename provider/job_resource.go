@@ -72,7 +72,7 @@ func (r *JobResource) Configure(_ context.Context, req resource.ConfigureRequest
 func (m *jobModel) fill(j *apiv1.Job) {
 	m.ID, m.Name, m.FunctionRef = types.StringValue(j.Name), types.StringValue(j.Name), types.StringValue(j.FunctionRef)
 	m.RunID = types.Int64Value(j.RunID)
-	m.Phase = types.StringValue(j.Status.Phase)
+	m.Phase = types.StringValue(string(j.Status.Phase))
 	m.JobMessage = types.StringValue(j.Status.Message)
 	if m.WaitTimeoutSec.IsNull() || m.WaitTimeoutSec.IsUnknown() {
 		m.WaitTimeoutSec = types.Int64Value(300)

@@ -230,44 +230,59 @@ func TestAccBadConfig(t *testing.T) {
 	u := acc(t)
 	src := t.TempDir()
 	writeCode(t, src, "def handle(e):\n    return 1\n")
-	for _, tc := range []struct{ name, hcl, want string }{
+	for _, tc := range []struct {
+		name, hcl, want string
+		apply           bool // refused by the server at apply (the provider checks only apiv1's rules at plan)
+	}{
 		{"unknown runtime", `resource "sless_function" "f" {
   name = "x"
   runtime = "ruby3"
   source_dir = "` + src + `"
-}`, `runtime "ruby3" is not supported`},
+}`, `runtime "ruby3" is not supported`, false},
 		{"bad name", `resource "sless_function" "f" {
   name = "Bad_Name"
   runtime = "python3.11"
   source_dir = "` + src + `"
-}`, `is not a valid name`},
+}`, `name "Bad_Name" is invalid`, false},
+		{"memory out of range", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  memory_mb = 16
+  source_dir = "` + src + `"
+}`, `(?s)memory_mb.*between 64 and 8192`, false},
+		{"bad entrypoint", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  entrypoint = "nodot"
+  source_dir = "` + src + `"
+}`, `entrypoint "nodot" must look like`, false},
 		{"no code", `resource "sless_function" "f" {
   name = "x"
   runtime = "python3.11"
-}`, `(?s)source_dir.*code_path|code_path.*source_dir`},
+}`, `(?s)source_dir.*code_path|code_path.*source_dir`, false},
 		{"bad cron", `resource "sless_trigger" "t" {
   name = "t"
   function_ref = "x"
   type = "cron"
   schedule = "every day at nine"
-}`, `not a 5-field cron expression`},
+}`, `not a 5-field cron expression`, true},
 		{"bad trigger type", `resource "sless_trigger" "t" {
   name = "t"
   function_ref = "x"
   type = "kafka"
-}`, `value must be one of`},
+}`, `value must be one of`, false},
 		{"bad event json", `resource "sless_job" "j" {
   name = "j"
   function_ref = "x"
   event_json = "{oops"
-}`, `not valid JSON`},
+}`, `not valid JSON`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resource.Test(t, resource.TestCase{
 				ProtoV6ProviderFactories: factories,
 				Steps: []resource.TestStep{{
 					Config:      providerBlock(u) + tc.hcl,
-					PlanOnly:    true,
+					PlanOnly:    !tc.apply,
 					ExpectError: regexp.MustCompile(tc.want),
 				}},
 			})

@@ -54,9 +54,9 @@ func (r *TriggerResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 			"name":         schema.StringAttribute{Required: true, Validators: []validator.String{nameValidator}, PlanModifiers: replace()},
 			"function_ref": schema.StringAttribute{Required: true, Validators: []validator.String{nameValidator}, PlanModifiers: replace()},
 			"type": schema.StringAttribute{Required: true, PlanModifiers: replace(),
-				Validators: []validator.String{stringvalidator.OneOf(apiv1.TriggerHTTP, apiv1.TriggerCron)}},
+				Validators: []validator.String{stringvalidator.OneOf(string(apiv1.TriggerHTTP), string(apiv1.TriggerCron))}},
 			"schedule": schema.StringAttribute{Optional: true, PlanModifiers: replace(),
-				Validators: []validator.String{cronValidator, stringvalidator.AlsoRequires(path.MatchRoot("type"))}, Description: "5-field cron expression (cron triggers only)."},
+				Validators: []validator.String{stringvalidator.AlsoRequires(path.MatchRoot("type"))}, Description: "5-field cron expression (cron triggers only); the server checks it."},
 			"enabled":     schema.BoolAttribute{Optional: true, Computed: true, Default: booldefault.StaticBool(true), Description: "Changes in place."},
 			"trigger_url": schema.StringAttribute{Computed: true, PlanModifiers: keep(), Description: "The function's /fn/ URL (http triggers)."},
 		},
@@ -72,7 +72,7 @@ func (r *TriggerResource) Configure(_ context.Context, req resource.ConfigureReq
 }
 
 func (m *triggerModel) fill(t *apiv1.Trigger) {
-	m.ID, m.Name, m.FunctionRef, m.Type = types.StringValue(t.Name), types.StringValue(t.Name), types.StringValue(t.FunctionRef), types.StringValue(t.Type)
+	m.ID, m.Name, m.FunctionRef, m.Type = types.StringValue(t.Name), types.StringValue(t.Name), types.StringValue(t.FunctionRef), types.StringValue(string(t.Type))
 	if t.Schedule != "" {
 		m.Schedule = types.StringValue(t.Schedule)
 	} else {
@@ -88,13 +88,13 @@ func (r *TriggerResource) Create(ctx context.Context, req resource.CreateRequest
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if m.Type.ValueString() == apiv1.TriggerCron && m.Schedule.ValueString() == "" {
+	if apiv1.TriggerType(m.Type.ValueString()) == apiv1.TriggerCron && m.Schedule.ValueString() == "" {
 		resp.Diagnostics.AddAttributeError(path.Root("schedule"), "Missing schedule", "a cron trigger needs a schedule, e.g. \"0 9 * * *\"")
 		return
 	}
 	enabled := m.Enabled.ValueBool()
 	t, err := r.c.CreateTrigger(ctx, apiv1.Trigger{Name: m.Name.ValueString(), FunctionRef: m.FunctionRef.ValueString(),
-		Type: m.Type.ValueString(), Schedule: m.Schedule.ValueString(), Enabled: &enabled})
+		Type: apiv1.TriggerType(m.Type.ValueString()), Schedule: m.Schedule.ValueString(), Enabled: &enabled})
 	if err != nil {
 		resp.Diagnostics.AddError("Creating the trigger failed", err.Error())
 		return

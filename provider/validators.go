@@ -3,16 +3,17 @@ package provider
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
-	"github.com/robfig/cron/v3"
 
-	"github.com/sless-dev/sless/runtimes"
+	"github.com/sless-dev/sless/api/apiv1"
 )
 
-var dns1123 = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+// The provider checks at plan time only what apiv1 exports (single-field rules: names, entrypoint,
+// runtimes, ranges). Everything else (a cron schedule, a function_ref that must exist, reserved env
+// names) is the server's to check, once, at apply.
 
 type stringCheck struct {
 	desc  string
@@ -27,31 +28,25 @@ func (v stringCheck) ValidateString(_ context.Context, req validator.StringReque
 		return
 	}
 	if err := v.check(req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid "+req.Path.String(), err.Error())
+		msg := err.Error()
+		if ae, ok := err.(*apiv1.Error); ok {
+			msg = ae.Message
+		}
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid "+req.Path.String(), msg)
 	}
 }
 
 // nameValidator: DNS-1123 labels of at most 63 characters, as the API and Kubernetes require.
-var nameValidator = stringCheck{"a DNS-1123 label: lower-case letters, digits and '-', at most 63 characters", func(s string) error {
-	if len(s) > 63 || !dns1123.MatchString(s) {
-		return fmt.Errorf("%q is not a valid name: use at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit", s)
-	}
-	return nil
-}}
+var nameValidator = stringCheck{fmt.Sprintf("a DNS-1123 label: lower-case letters, digits and '-', at most %d characters", apiv1.MaxNameLength),
+	func(s string) error { return apiv1.ValidName("name", s) }}
 
-var runtimeValidator = stringCheck{"a runtime: " + strings.Join(runtimes.Names(), ", "), func(s string) error {
-	if _, ok := runtimes.Lookup(s); !ok {
-		return fmt.Errorf("runtime %q is not supported; choose one of %s", s, strings.Join(runtimes.Names(), ", "))
-	}
-	return nil
-}}
+var runtimeValidator = stringCheck{"a runtime: " + strings.Join(apiv1.Runtimes(), ", "), apiv1.ValidRuntime}
 
-var cronValidator = stringCheck{"a 5-field cron expression", func(s string) error {
-	if _, err := cron.ParseStandard(s); err != nil || strings.HasPrefix(strings.TrimSpace(s), "@every") {
-		return fmt.Errorf("schedule %q is not a 5-field cron expression (minute hour day-of-month month day-of-week): %v", s, err)
-	}
-	return nil
-}}
+var entrypointValidator = stringCheck{"module.function (python) or file.export (node)", apiv1.ValidEntrypoint}
+
+var memoryValidator = int64validator.Between(apiv1.MinMemoryMB, apiv1.MaxMemoryMB)
+
+var timeoutValidator = int64validator.Between(apiv1.MinTimeoutSec, apiv1.MaxTimeoutSec)
 
 var jsonValidator = stringCheck{"JSON text", func(s string) error {
 	if !jsonValid(s) {

@@ -1,12 +1,11 @@
-// Package runtimes holds the function runtimes: the HTTP servers that wrap a user's handler
-// (python3.11/server.py, nodejs20/server.js, embedded here) and the catalog that says, per runtime,
-// how its image is made and run. The server contract is runtimes/README.md.
 package runtimes
 
 import (
 	"embed"
 	"io/fs"
 	"sort"
+
+	"github.com/sless-dev/sless/api/apiv1"
 )
 
 //go:embed python3.11/server.py nodejs20/server.js
@@ -35,26 +34,26 @@ type Runtime struct {
 }
 
 var catalog = map[string]Runtime{
-	"python3.11": {
-		Name:           "python3.11",
+	apiv1.RuntimePython311: {
+		Name:           apiv1.RuntimePython311,
 		ServerPath:     "/app/server.py",
 		Cmd:            []string{"python3", "/app/server.py"},
 		Env:            []string{"PYTHONPATH=/app/deps:/app/function", "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1"},
 		DepsDir:        "/app/deps",
 		DepsManifests:  []string{"requirements.txt"},
 		DefaultBase:    "python:3.11-slim",
-		DefaultHandler: "handler.handle",
+		DefaultHandler: apiv1.DefaultEntrypoint,
 		Language:       "python",
 	},
-	"nodejs20": {
-		Name:           "nodejs20",
+	apiv1.RuntimeNodejs20: {
+		Name:           apiv1.RuntimeNodejs20,
 		ServerPath:     "/app/server.js",
 		Cmd:            []string{"node", "/app/server.js"},
 		Env:            []string{"NODE_PATH=/app/node_modules", "NODE_ENV=production"},
 		DepsDir:        "/app/node_modules",
 		DepsManifests:  []string{"package.json", "package-lock.json"},
 		DefaultBase:    "node:20-alpine",
-		DefaultHandler: "handler.handle",
+		DefaultHandler: apiv1.DefaultEntrypoint,
 		Language:       "node",
 	},
 }

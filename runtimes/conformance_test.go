@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sless-dev/sless/internal/testenv"
+	"github.com/sless-dev/sless/runspec"
 )
 
 // server is one runtime server running as a real process (the host's python3 or node), as in the
@@ -268,17 +269,19 @@ func TestConformance(t *testing.T) {
 			})
 			t.Run("log line per request", func(t *testing.T) {
 				do(t, "GET", s.url+"/text?q=1", "", nil)
-				time.Sleep(50 * time.Millisecond)
-				found := false
-				for _, line := range strings.Split(s.out(), "\n") {
-					var l map[string]any
-					if json.Unmarshal([]byte(line), &l) == nil && l["path"] == "/text" && l["method"] == "GET" && l["status"] == float64(200) {
-						if _, ok := l["duration_ms"].(float64); ok {
-							found = true
+				// The line may be written just after the answer: wait for it (bounded), not a guess.
+				logged := func() bool {
+					for _, line := range strings.Split(s.out(), "\n") {
+						var l map[string]any
+						if json.Unmarshal([]byte(line), &l) == nil && l["path"] == "/text" && l["method"] == "GET" && l["status"] == float64(200) {
+							if _, ok := l["duration_ms"].(float64); ok {
+								return true
+							}
 						}
 					}
+					return false
 				}
-				if !found {
+				if !waitUntil(2*time.Second, logged) {
 					t.Errorf("no JSON log line for GET /text in stdout:\n%s", s.out())
 				}
 			})
@@ -399,6 +402,35 @@ func TestJobMode(t *testing.T) {
 				t.Errorf("stderr: %s", stderr.String())
 			}
 		})
+		// A cron run on Kubernetes gets the name of its Job, which the CronJob controller derives from
+		// the scheduled time; the runtime fills scheduled_time from it (runspec.EnvCronJob).
+		t.Run(l.name+"/cron scheduled_time from the Job's name", func(t *testing.T) {
+			echo := "handler.echo_event"
+			if l.interp == "node" {
+				echo = "handler.echoEvent"
+			}
+			at := time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)
+			for _, tc := range []struct{ event, job, want string }{
+				{runspec.CronEvent("nightly", time.Time{}), fmt.Sprintf("cron-nightly-%d", at.Unix()/60), at.Format(time.RFC3339)},
+				{runspec.CronEvent("nightly", at.Add(time.Hour)), fmt.Sprintf("cron-nightly-%d", at.Unix()/60), at.Add(time.Hour).Format(time.RFC3339)},
+				{runspec.CronEvent("nightly", time.Time{}), "not-a-cron-job", ""},
+				{`{"source":"api","x":1}`, fmt.Sprintf("cron-nightly-%d", at.Unix()/60), ""},
+			} {
+				cmd, _ := command(t, l, "JOB_MODE=1", "HANDLER="+echo, "EVENT_JSON="+tc.event, runspec.EnvCronJob+"="+tc.job)
+				out, err := cmd.Output()
+				if err != nil {
+					t.Fatalf("%v: %s", err, out)
+				}
+				lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+				got, _ := jsonOf(t, []byte(lines[len(lines)-1]))["scheduled_time"].(string)
+				if got != tc.want {
+					t.Errorf("event %s, job %s: scheduled_time %q, want %q", tc.event, tc.job, got, tc.want)
+				}
+				if want, _ := runspec.ScheduledTimeOfJob(tc.job); tc.want != "" && tc.event == runspec.CronEvent("nightly", time.Time{}) && want.Format(time.RFC3339) != got {
+					t.Errorf("the runtime and runspec.ScheduledTimeOfJob disagree: %s vs %s", got, want.Format(time.RFC3339))
+				}
+			}
+		})
 		t.Run(l.name+"/bad EVENT_JSON", func(t *testing.T) {
 			cmd, _ := command(t, l, "JOB_MODE=1", "HANDLER=handler.job", `EVENT_JSON={oops`)
 			if err := cmd.Run(); err == nil {
@@ -406,6 +438,18 @@ func TestJobMode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitUntil polls cond until it holds or d passes.
+func waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }
 
 func TestSIGTERMFinishesInFlight(t *testing.T) {
@@ -426,7 +470,10 @@ func TestSIGTERMFinishesInFlight(t *testing.T) {
 				resp.Body.Close()
 				got <- result{resp.StatusCode, nil}
 			}()
-			time.Sleep(300 * time.Millisecond)
+			// The handler says when it runs: SIGTERM comes with the request in flight.
+			if !waitUntil(5*time.Second, func() bool { return strings.Contains(s.errOut(), "slow: started") }) {
+				t.Fatalf("the request never reached the handler: %s", s.errOut())
+			}
 			if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}

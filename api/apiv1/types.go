@@ -5,27 +5,36 @@ package apiv1
 
 import "time"
 
+// Phase summarizes a function's state (the seed's phases).
+type Phase string
+
 // Function phases.
 const (
-	PhasePending  = "Pending"
-	PhaseBuilding = "Building"
-	PhaseReady    = "Ready"
-	PhaseFailed   = "Failed"
+	PhasePending  Phase = "Pending"
+	PhaseBuilding Phase = "Building"
+	PhaseReady    Phase = "Ready"
+	PhaseFailed   Phase = "Failed"
 )
+
+// JobPhase summarizes a job's last run.
+type JobPhase string
 
 // Job phases.
 const (
-	JobPending   = "Pending"
-	JobSkipped   = "Skipped"
-	JobRunning   = "Running"
-	JobSucceeded = "Succeeded"
-	JobFailed    = "Failed"
+	JobPending   JobPhase = "Pending"
+	JobSkipped   JobPhase = "Skipped"
+	JobRunning   JobPhase = "Running"
+	JobSucceeded JobPhase = "Succeeded"
+	JobFailed    JobPhase = "Failed"
 )
+
+// TriggerType says how a trigger calls its function.
+type TriggerType string
 
 // Trigger types.
 const (
-	TriggerHTTP = "http"
-	TriggerCron = "cron"
+	TriggerHTTP TriggerType = "http"
+	TriggerCron TriggerType = "cron"
 )
 
 // Function is a user's function: its spec and what the platform made of it.
@@ -41,7 +50,7 @@ type Function struct {
 
 // FunctionStatus is set by the platform.
 type FunctionStatus struct {
-	Phase       string     `json:"phase,omitempty"`
+	Phase       Phase      `json:"phase,omitempty"`
 	Image       string     `json:"image,omitempty"` // "<repo>@sha256:…"
 	CodeSHA256  string     `json:"code_sha256,omitempty"`
 	Message     string     `json:"message,omitempty"`
@@ -62,7 +71,7 @@ type BuildInfo struct {
 // Only Enabled changes in place; the other fields are fixed once created.
 type Trigger struct {
 	Name        string        `json:"name"`
-	Type        string        `json:"type"`
+	Type        TriggerType   `json:"type"`
 	FunctionRef string        `json:"function_ref"`
 	Schedule    string        `json:"schedule,omitempty"`
 	Enabled     *bool         `json:"enabled,omitempty"` // omitted on create means true
@@ -95,7 +104,7 @@ type Job struct {
 
 // JobStatus is set by the platform.
 type JobStatus struct {
-	Phase          string     `json:"phase,omitempty"`
+	Phase          JobPhase   `json:"phase,omitempty"`
 	Message        string     `json:"message,omitempty"`
 	LastRunID      int64      `json:"last_run_id"`
 	StartTime      *time.Time `json:"start_time,omitempty"`
@@ -105,7 +114,7 @@ type JobStatus struct {
 // UploadResponse answers POST …/functions/{name}/upload (202).
 type UploadResponse struct {
 	CodeSHA256 string `json:"code_sha256"`
-	Phase      string `json:"phase"`
+	Phase      Phase  `json:"phase"`
 }
 
 // Invocation is one call through /fn/, newest first in lists.

@@ -1,90 +1,109 @@
 // Package memstore is an in-memory implementation of the API's stores, for unit tests only: it
-// keeps nothing across restarts and builds nothing.
+// keeps nothing across restarts and builds nothing. Tests play the backend's controller through
+// SetStatus.
 package memstore
 
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sort"
 	"sync"
 
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/codestore"
 )
 
-// Store is a Store[T] in a map; name reads T's name.
-type Store[T any] struct {
+// Store is an api.Store in a map; name reads a spec's name.
+type Store[S, St any] struct {
 	mu   sync.Mutex
-	m    map[string]map[string]T
-	name func(T) string
+	m    map[string]map[string]api.Object[S, St]
+	name func(S) string
 }
 
 // New makes an empty store.
-func New[T any](name func(T) string) *Store[T] {
-	return &Store[T]{m: map[string]map[string]T{}, name: name}
+func New[S, St any](name func(S) string) *Store[S, St] {
+	return &Store[S, St]{m: map[string]map[string]api.Object[S, St]{}, name: name}
 }
 
-var _ api.Store[apiv1.Function] = (*Store[apiv1.Function])(nil)
+var _ api.Store[api.FunctionSpec, apiv1.FunctionStatus] = (*Store[api.FunctionSpec, apiv1.FunctionStatus])(nil)
 
 // List returns the namespace's objects sorted by name.
-func (s *Store[T]) List(_ context.Context, ns string) ([]T, error) {
+func (s *Store[S, St]) List(_ context.Context, ns string) ([]api.Object[S, St], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := []T{}
+	out := []api.Object[S, St]{}
 	for _, v := range s.m[ns] {
 		out = append(out, v)
 	}
-	sort.Slice(out, func(i, j int) bool { return s.name(out[i]) < s.name(out[j]) })
+	sort.Slice(out, func(i, j int) bool { return s.name(out[i].Spec) < s.name(out[j].Spec) })
 	return out, nil
 }
 
 // Get returns one object or api.ErrNotFound.
-func (s *Store[T]) Get(_ context.Context, ns, name string) (T, error) {
+func (s *Store[S, St]) Get(_ context.Context, ns, name string) (api.Object[S, St], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.m[ns][name]
 	if !ok {
-		var zero T
-		return zero, fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+		return v, fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
 	}
 	return v, nil
 }
 
-// Create adds obj or returns api.ErrAlreadyExists.
-func (s *Store[T]) Create(_ context.Context, ns string, obj T) (T, error) {
+// Create adds an object or returns api.ErrAlreadyExists.
+func (s *Store[S, St]) Create(_ context.Context, ns string, spec S) (api.Object[S, St], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := s.name(obj)
+	n := s.name(spec)
 	if _, ok := s.m[ns][n]; ok {
-		var zero T
-		return zero, fmt.Errorf("%s/%s: %w", ns, n, api.ErrAlreadyExists)
+		return api.Object[S, St]{}, fmt.Errorf("%s/%s: %w", ns, n, api.ErrAlreadyExists)
 	}
 	if s.m[ns] == nil {
-		s.m[ns] = map[string]T{}
+		s.m[ns] = map[string]api.Object[S, St]{}
 	}
-	s.m[ns][n] = obj
-	return obj, nil
+	o := api.Object[S, St]{Spec: spec, Generation: 1}
+	s.m[ns][n] = o
+	return o, nil
 }
 
-// Update applies fn under the lock.
-func (s *Store[T]) Update(_ context.Context, ns, name string, fn func(*T) error) (T, error) {
+// Update applies fn to the spec under the lock; the generation moves when the spec changed.
+func (s *Store[S, St]) Update(_ context.Context, ns, name string, fn func(*S) error) (api.Object[S, St], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.m[ns][name]
 	if !ok {
-		var zero T
-		return zero, fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+		return v, fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
 	}
-	if err := fn(&v); err != nil {
-		var zero T
-		return zero, err
+	before := v.Spec
+	if err := fn(&v.Spec); err != nil {
+		return api.Object[S, St]{}, err
+	}
+	if !reflect.DeepEqual(before, v.Spec) {
+		v.Generation++
 	}
 	s.m[ns][name] = v
 	return v, nil
 }
 
+// SetStatus plays the backend's controller: it applies fn to the status and marks the current
+// generation observed.
+func (s *Store[S, St]) SetStatus(ns, name string, fn func(*St)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.m[ns][name]
+	if !ok {
+		return fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+	}
+	fn(&v.Status)
+	v.ObservedGeneration = v.Generation
+	s.m[ns][name] = v
+	return nil
+}
+
 // Delete removes one object or returns api.ErrNotFound.
-func (s *Store[T]) Delete(_ context.Context, ns, name string) error {
+func (s *Store[S, St]) Delete(_ context.Context, ns, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.m[ns][name]; !ok {
@@ -95,7 +114,7 @@ func (s *Store[T]) Delete(_ context.Context, ns, name string) error {
 }
 
 // DropNamespace removes every object of ns.
-func (s *Store[T]) DropNamespace(ns string) {
+func (s *Store[S, St]) DropNamespace(ns string) {
 	s.mu.Lock()
 	delete(s.m, ns)
 	s.mu.Unlock()
@@ -141,11 +160,11 @@ func (n *Namespaces) Delete(_ context.Context, ns string) error {
 }
 
 // Backend is a complete in-memory backend around a code store and a resolver.
-func Backend(code api.CodeStore, resolver api.Resolver) (api.Backend, *Stores) {
+func Backend(code codestore.Store, resolver api.Resolver) (api.Backend, *Stores) {
 	st := &Stores{
-		Functions: New(func(f apiv1.Function) string { return f.Name }),
-		Triggers:  New(func(t apiv1.Trigger) string { return t.Name }),
-		Jobs:      New(func(j apiv1.Job) string { return j.Name }),
+		Functions: New[api.FunctionSpec, apiv1.FunctionStatus](func(f api.FunctionSpec) string { return f.Name }),
+		Triggers:  New[api.TriggerSpec, apiv1.TriggerStatus](func(t api.TriggerSpec) string { return t.Name }),
+		Jobs:      New[api.JobSpec, apiv1.JobStatus](func(j api.JobSpec) string { return j.Name }),
 	}
 	st.Namespaces = &Namespaces{onDrop: []func(string){st.Functions.DropNamespace, st.Triggers.DropNamespace, st.Jobs.DropNamespace}}
 	return api.Backend{
@@ -157,7 +176,7 @@ func Backend(code api.CodeStore, resolver api.Resolver) (api.Backend, *Stores) {
 // Stores gives tests direct access to the state behind a Backend.
 type Stores struct {
 	Namespaces *Namespaces
-	Functions  *Store[apiv1.Function]
-	Triggers   *Store[apiv1.Trigger]
-	Jobs       *Store[apiv1.Job]
+	Functions  *Store[api.FunctionSpec, apiv1.FunctionStatus]
+	Triggers   *Store[api.TriggerSpec, apiv1.TriggerStatus]
+	Jobs       *Store[api.JobSpec, apiv1.JobStatus]
 }

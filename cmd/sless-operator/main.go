@@ -29,14 +29,17 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
-	"github.com/sless-dev/sless/api/codestore"
-	"github.com/sless-dev/sless/api/kubestore"
+	"github.com/sless-dev/sless/build"
+	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/oci"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/controllers"
+	"github.com/sless-dev/sless/operator/kubestore"
 	"github.com/sless-dev/sless/operator/resources"
+	"github.com/sless-dev/sless/runspec"
 )
 
 func main() {
@@ -90,7 +93,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 
-	var code api.CodeStore
+	var code codestore.Store
 	var err error
 	switch {
 	case *codeDir != "":
@@ -151,7 +154,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	// /fn/ reads EndpointSlices from the cache: only those of sless's Services (slices carry their
 	// Service's labels), not every slice in the cluster.
-	ours := labels.SelectorFromSet(labels.Set{resources.LabelManaged: resources.ManagedBy})
+	ours := labels.SelectorFromSet(labels.Set{runspec.LabelManagedBy: runspec.ManagedBy})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Label: ours}}}})
 	if err != nil {
@@ -161,17 +164,23 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var srv *api.Server // builds are counted on its /metrics
+	pipeline, err := build.New(code, builder, build.WithRegistry(*registry), build.WithRuntimes(rts), build.WithConcurrency(*builds),
+		build.WithTimeout(5*time.Minute), build.WithIndex(apiv1.RuntimePython311, *pipIndex), build.WithIndex(apiv1.RuntimeNodejs20, *npmRegistry),
+		build.WithObserver(func(result string, d time.Duration) { srv.ObserveBuild(result, d) }))
+	if err != nil {
+		return err
+	}
 	var depsCfg *controllers.DepsConfig
 	if *operatorImage != "" {
 		store, err := deps.NewRegistryStore(*registry+"/sless/deps", remote.WithAuthFromKeychain(authn.DefaultKeychain))
 		if err != nil {
 			return err
 		}
-		depsCfg = &controllers.DepsConfig{Store: store, Repo: *registry + "/sless/deps", OperatorImage: *operatorImage,
-			PipIndexURL: *pipIndex, NPMRegistry: *npmRegistry, Insecure: *insecure}
+		depsCfg = &controllers.DepsConfig{Store: store, Repo: *registry + "/sless/deps", OperatorImage: *operatorImage, Insecure: *insecure}
 	}
-	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: scheme, Builder: builder, Code: code, Runtimes: rts,
-		Registry: *registry, PublicURL: *publicURL, Builds: make(chan struct{}, *builds), BuildTimeout: 5 * time.Minute, Deps: depsCfg, APIReader: mgr.GetAPIReader(),
+	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: scheme, Pipeline: pipeline, Code: code,
+		PublicURL: *publicURL, Deps: depsCfg, APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -194,8 +203,7 @@ func run(ctx context.Context, args []string) error {
 	// /fn/ reads functions and triggers from the manager's cache (the controllers watch both), not
 	// with two API round trips per request; the REST routes keep the direct client for
 	// read-after-write.
-	cached := kubestore.New(mgr.GetClient(), code, resources.TenantConfig{}, backend.Resolver)
-	backend.Serving = &api.ServingView{Functions: cached.Functions, Triggers: cached.Triggers}
+	backend.Serving = kubestore.ServingView(mgr.GetClient())
 	// Ready (for the Service in front of it) once the manager's caches are synced: /fn/ reads
 	// EndpointSlices from them.
 	// Once: informers added later (lazily, on a first read of a kind) must not flap readiness and
@@ -213,7 +221,7 @@ func run(ctx context.Context, args []string) error {
 		cacheSynced.Store(true)
 		return nil
 	}
-	srv, err := api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(*publicURL), api.WithReadiness(synced))
+	srv, err = api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(*publicURL), api.WithReadiness(synced))
 	if err != nil {
 		return err
 	}

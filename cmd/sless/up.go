@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/auth"
 	"github.com/sless-dev/sless/local"
+	"github.com/sless-dev/sless/local/runtimeimages"
 )
 
 func defaultDataDir() string {
@@ -125,15 +127,17 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, err := os.Stat(*basesScript); err != nil {
 		*basesScript = ""
 	}
+	var srv *api.Server // builds are counted on its /metrics
 	p, err := local.Open(ctx, local.Config{DataDir: *dataDir, RegistryListen: *regListen, PodmanRoot: *podmanRoot,
-		BasesDir: *basesDir, BasesScript: *basesScript, PublicURL: *publicURL, Clock: clock, Logger: logger, Progress: stderr,
-		PipIndexURL: *pipIndex, NPMRegistry: *npmRegistry, DepsCAFile: *depsCA})
+		BasesDir: *basesDir, Clock: clock, Logger: logger, Progress: stderr,
+		PipIndexURL: *pipIndex, NPMRegistry: *npmRegistry, DepsCAFile: *depsCA,
+		ObserveBuild: func(result string, d time.Duration) { srv.ObserveBuild(result, d) }})
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	defer p.Close()
-	srv, err := api.New(p.Backend(), api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(*publicURL),
+	srv, err = api.New(p.Backend(), api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(*publicURL),
 		api.WithUploadLimit(*uploadLimit), api.WithTempDir(*dataDir), api.WithReadiness(p.Ready))
 	if err != nil {
 		ln.Close()
@@ -152,7 +156,15 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	runErr := make(chan error, 1)
-	go func() { runErr <- p.Run(runCtx) }()
+	go func() {
+		// Missing language bases are built first (minutes, once); /readyz says so meanwhile.
+		if err := buildBases(runCtx, p, *basesDir, *basesScript, stderr); err != nil {
+			p.NotReady(err.Error())
+			runErr <- err
+			return
+		}
+		runErr <- p.Run(runCtx)
+	}()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- api.Serve(runCtx, api.NewHTTPServer("", handler, logger), ln, 10*time.Second) }()
 	select {
@@ -168,6 +180,24 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, "sless up: stopped; function containers keep running and are adopted on the next start")
 	return err
+}
+
+// buildBases runs script for every runtime whose base layout is missing from basesDir.
+func buildBases(ctx context.Context, p *local.Platform, basesDir, script string, progress io.Writer) error {
+	for _, rt := range runtimeimages.Missing(basesDir) {
+		if script == "" {
+			return fmt.Errorf("the %s base image is missing from %s; build it with hack/build-bases.sh %s", rt, basesDir, rt)
+		}
+		p.NotReady("building the " + rt + " base image (first start only; a few minutes)")
+		fmt.Fprintf(progress, "sless up: building the %s base image from Debian packages (first start only, a few minutes)…\n", rt)
+		cmd := exec.CommandContext(ctx, "bash", script, rt)
+		cmd.Stdout, cmd.Stderr = io.Discard, progress
+		cmd.Env = append(os.Environ(), "SLESS_CACHE="+filepath.Dir(basesDir))
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("building the %s base with %s: %w", rt, script, err)
+		}
+	}
+	return nil
 }
 
 // devAuth keeps an HS256 secret in the data dir (made on first start) and writes a ready-to-use

@@ -26,6 +26,7 @@ type tfDir struct {
 
 func example(t *testing.T, name, subject string) *tfDir {
 	t.Helper()
+	needCluster(t)
 	dir := t.TempDir()
 	if out, err := exec.Command("cp", "-r", filepath.Join(testenv.ModuleRoot(), "examples", name)+"/.", dir).CombinedOutput(); err != nil {
 		t.Fatalf("copying %s: %v %s", name, err, out)

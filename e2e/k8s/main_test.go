@@ -31,30 +31,40 @@ func TestMain(m *testing.M) {
 	os.Exit(setupAndRun(m))
 }
 
-// unavailable reports a component the suite cannot run without: a failure under
-// SLESS_REQUIRE_REAL=1 (make test), otherwise a loud skip.
-func unavailable(what string, err error) int {
-	if testenv.RequireReal() {
-		fmt.Fprintf(os.Stderr, "FAIL: the real-cluster e2e needs %s: %v (SLESS_REQUIRE_REAL=1)\n", what, err)
-		return 1
+// missing is what the suite could not start without; every test then skips loudly, or fails under
+// SLESS_REQUIRE_REAL=1 (make test), so no run says "ok" having tested nothing silently.
+var missing struct {
+	what string
+	err  error
+}
+
+func unavailable(m *testing.M, what string, err error) int {
+	missing.what, missing.err = what, err
+	fmt.Fprintf(os.Stderr, "\n*** the real-cluster e2e cannot run: %s unavailable: %v ***\n\n", what, err)
+	return m.Run()
+}
+
+// needCluster is the first step of every test: skip (fail under SLESS_REQUIRE_REAL=1) without one.
+func needCluster(t *testing.T) {
+	t.Helper()
+	if missing.err != nil {
+		testenv.Missing(t, missing.what, missing.err)
 	}
-	fmt.Fprintf(os.Stderr, "\n*** SKIPPING the real-cluster e2e: %s unavailable: %v ***\n\n", what, err)
-	return 0
 }
 
 func setupAndRun(m *testing.M) int {
 	tf, err := testenv.Tool("terraform")
 	if err != nil {
-		return unavailable("the terraform CLI (hack/install-go-tools.sh terraform)", err)
+		return unavailable(m, "the terraform CLI (hack/install-go-tools.sh terraform)", err)
 	}
 	cluster.terraform = tf
 	env, err := k1n.Start(os.Stderr)
 	if err != nil {
 		var me *k1n.MissingError
 		if errors.As(err, &me) {
-			return unavailable(me.What, me.Err)
+			return unavailable(m, me.What, me.Err)
 		}
-		return unavailable("the cluster", err)
+		return unavailable(m, "the cluster", err)
 	}
 	defer env.Close()
 	cluster.Env = env
@@ -90,6 +100,7 @@ func token(t *testing.T, subject string) string {
 // tenant is an API client of a fresh tenant (its own namespace), ensured.
 func tenant(t *testing.T, subject string) *apiclient.Client {
 	t.Helper()
+	needCluster(t)
 	c, err := apiclient.New(cluster.Endpoint, token(t, subject))
 	if err != nil {
 		t.Fatal(err)

@@ -18,9 +18,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	apiclient "github.com/sless-dev/sless/api/client"
+	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
@@ -204,10 +204,11 @@ func TestCronTriggerFires(t *testing.T) {
 	t.Parallel()
 	c := tenant(t, subject("cron"))
 	ctx := context.Background()
-	deploy(t, c, "tick", "python3.11", map[string]string{"handler.py": "def handle(event):\n    return {'tick': True}\n"})
+	deploy(t, c, "tick", "python3.11", map[string]string{"handler.py": "def handle(event):\n    return event\n"})
 	if _, err := c.CreateTrigger(ctx, apiv1.Trigger{Name: "every-minute", Type: "cron", FunctionRef: "tick", Schedule: "*/1 * * * *"}); err != nil {
 		t.Fatal(err)
 	}
+	var run batchv1.Job
 	waitFor(t, "a run of the cron trigger", 150*time.Second, func() bool {
 		tr, err := c.GetTrigger(ctx, "every-minute")
 		if err != nil || tr.Status.LastScheduleTime == nil {
@@ -217,11 +218,41 @@ func TestCronTriggerFires(t *testing.T) {
 		cluster.Kube.List(ctx, &jobs, client.InNamespace(c.Namespace()), client.MatchingLabels{"sless.dev/role": "cron"})
 		for _, j := range jobs.Items {
 			if j.Status.Succeeded > 0 {
+				run = j
 				return true
 			}
 		}
 		return false
 	})
+	// The event the run got is the run contract's (runspec.CronEvent): with the scheduled time of
+	// this run, which the CronJob's template alone cannot know.
+	var pods corev1.PodList
+	cluster.Kube.List(ctx, &pods, client.InNamespace(c.Namespace()), client.MatchingLabels{"batch.kubernetes.io/job-name": run.Name})
+	msg := ""
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Terminated != nil {
+				msg = cs.State.Terminated.Message
+			}
+		}
+	}
+	var ev map[string]string
+	if err := json.Unmarshal([]byte(msg), &ev); err != nil {
+		t.Fatalf("the run's result %q: %v", msg, err)
+	}
+	scheduled, err := time.Parse(time.RFC3339, ev["scheduled_time"])
+	if err != nil || ev["source"] != "cron" || ev["trigger"] != "every-minute" {
+		t.Fatalf("cron event %v: %v", ev, err)
+	}
+	if want := run.Annotations["batch.kubernetes.io/cronjob-scheduled-timestamp"]; want != "" {
+		if w, _ := time.Parse(time.RFC3339, want); !w.Equal(scheduled) {
+			t.Errorf("scheduled_time %s, the CronJob scheduled the run at %s", scheduled, want)
+		}
+	}
+	if scheduled.Second() != 0 || time.Since(scheduled) > 5*time.Minute || time.Until(scheduled) > time.Minute {
+		t.Errorf("scheduled_time %s is not a recent minute", scheduled)
+	}
+	t.Logf("cron event %v", ev)
 }
 
 // An http trigger disabled scales the function to zero and /fn/ answers 503; enabled, it is back.
@@ -300,7 +331,7 @@ func TestDestroyRemovesEverything(t *testing.T) {
 	if _, err := remote.Head(ref); err == nil {
 		t.Errorf("image %s still in the registry", out["image"])
 	}
-	if ok, err := cluster.Code.Exists(context.Background(), api.CodeKey(ns, "hello-python", f.Status.CodeSHA256)); ok || err != nil {
+	if ok, err := cluster.Code.Exists(context.Background(), codestore.Key(ns, "hello-python", f.Status.CodeSHA256)); ok || err != nil {
 		t.Errorf("stored code still there (%v)", err)
 	}
 }

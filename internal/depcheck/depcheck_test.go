@@ -1,7 +1,7 @@
-// Package depcheck keeps the layering of DESIGN.md §2 honest: dependencies point one way.
 package depcheck
 
 import (
+	"encoding/json"
 	"os/exec"
 	"slices"
 	"strings"
@@ -10,51 +10,167 @@ import (
 
 const mod = "github.com/sless-dev/sless/"
 
-// forbidden lists, per package, import path prefixes it must not depend on (directly or not).
-var forbidden = map[string][]string{
-	"layers":            {mod, "k8s.io/", "sigs.k8s.io/"},
-	"oci":               {mod + "api", mod + "operator", mod + "provider", mod + "local", mod + "internal", "k8s.io/", "sigs.k8s.io/"},
-	"internal/registry": {mod},
-	"runtimes":          {mod, "k8s.io/", "sigs.k8s.io/"},
-	"deps":              {mod + "api", mod + "oci", mod + "runtimes", mod + "local", mod + "operator", mod + "provider", mod + "internal", "k8s.io/", "sigs.k8s.io/"},
-	"api":               {mod + "operator", mod + "provider", mod + "local", "k8s.io/", "sigs.k8s.io/"},
+// any marks a package that may import whatever it needs: commands, benchmarks, tools and the
+// test-only packages at the top of the graph (nothing imports them).
+var anything = []string{"*"}
+
+// allowed lists, per package, the module's packages it may import directly. Together the rules
+// make the graph of DESIGN.md §2: layers ← deps ← oci ← build ← {local, operator/controllers};
+// runspec and api/apiv1 are leaves everyone may use; api never imports operator or local;
+// operator/controllers and operator/resources never import the HTTP package api; the provider
+// talks only to api/client and apiv1.
+var allowed = map[string][]string{
+	"api/apiv1":             {},
+	"api/client":            {"api/apiv1"},
+	"api/auth":              {"api/apiv1"},
+	"api":                   {"api/apiv1", "api/auth", "codestore", "layers", "runspec"},
+	"api/memstore":          {"api", "api/apiv1", "codestore"},
+	"api/apitest":           {"api", "api/apiv1", "api/auth", "api/client", "api/memstore", "codestore"},
+	"layers":                {},
+	"deps":                  {"layers"},
+	"oci":                   {"api/apiv1", "layers"},
+	"runtimes":              {"api/apiv1"},
+	"runspec":               {"api/apiv1"},
+	"codestore":             {},
+	"build":                 {"codestore", "deps", "layers", "oci", "runtimes"},
+	"operator/api/v1alpha1": {"api/apiv1"},
+	"operator/resources":    {"operator/api/v1alpha1", "runspec"},
+	"operator/controllers":  {"api/apiv1", "build", "codestore", "deps", "operator/api/v1alpha1", "operator/resources", "runspec"},
+	"operator/kubestore":    {"api", "api/apiv1", "codestore", "operator/api/v1alpha1", "operator/resources", "runspec"},
+	"operator/config":       {},
+	"local/state":           {"api", "api/apiv1"},
+	"local/podman":          {},
+	"local/runner":          {"api", "local/podman", "runspec"},
+	"local/runtimeimages":   {"oci", "runtimes"},
+	"local": {"api", "api/apiv1", "build", "codestore", "deps", "internal/ports", "internal/registry", "local/podman", "local/runner",
+		"local/runtimeimages", "local/state", "oci", "runspec"},
+	"provider":          {"api/apiv1", "api/client"},
+	"internal/registry": {},
+	"internal/ports":    {},
+	"internal/testenv":  {"api/client", "internal/ports", "internal/registry", "local/podman"},
+	"internal/kubetest": {"internal/testenv", "operator/api/v1alpha1"},
+	"internal/k1n":      {"codestore", "internal/kubetest", "internal/testenv"},
+	"internal/depcheck": {},
+
+	"cmd/sless":                    anything,
+	"cmd/sless-operator":           anything,
+	"cmd/terraform-provider-sless": {"provider"},
+	"bench":                        anything,
+	"e2e/k8s":                      anything,
+	"hack/k8s/pause":               {},
+	"hack/k8s/smoke":               {},
+	"hack/mkbase":                  {},
+	"hack/operator-image":          {"layers"},
+	"hack/testsum":                 {},
 }
 
-// stdlibOnly packages may import the standard library and the listed module packages, nothing else
-// (the wire types and the client are what outside programs link against).
-var stdlibOnly = map[string][]string{
-	"api/apiv1":  nil,
-	"api/client": {mod + "api/apiv1"},
+// noKubernetes may not depend on Kubernetes, directly or not: the build pipeline and the API run
+// on a single host without it.
+var noKubernetes = []string{"api/apiv1", "api/client", "api/auth", "api", "api/memstore", "layers", "deps", "oci", "runtimes",
+	"runspec", "codestore", "build", "local/state", "local/podman", "local/runner", "local/runtimeimages", "provider"}
+
+type pkg struct {
+	ImportPath                         string
+	Imports, TestImports, XTestImports []string
+	Deps                               []string
 }
 
-func TestStdlibOnly(t *testing.T) {
-	for pkg, allowed := range stdlibOnly {
-		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", mod+pkg).CombinedOutput()
-		if err != nil {
-			t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+func list(t *testing.T) []pkg {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json", mod+"...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
 		}
-		for _, dep := range strings.Fields(string(out)) {
-			if dep != mod+pkg && !slices.Contains(allowed, dep) {
-				t.Errorf("%s must use only the standard library but depends on %s", pkg, dep)
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func internal(imports []string) []string {
+	var out []string
+	for _, i := range imports {
+		if rel, ok := strings.CutPrefix(i, mod); ok {
+			out = append(out, rel)
+		}
+	}
+	return out
+}
+
+// Every package imports only what its rule allows; its tests may add test helpers, but api's
+// tests may not reach into a backend either.
+func TestDependenciesPointOneWay(t *testing.T) {
+	pkgs := list(t)
+	if len(pkgs) < 20 {
+		t.Fatalf("go list found %d packages", len(pkgs))
+	}
+	for _, p := range pkgs {
+		rel := strings.TrimPrefix(p.ImportPath, mod)
+		rule, ok := allowed[rel]
+		if !ok {
+			t.Errorf("%s has no rule in internal/depcheck: say which of the module's packages it may import", rel)
+			continue
+		}
+		if slices.Equal(rule, anything) {
+			continue
+		}
+		for _, dep := range internal(p.Imports) {
+			if !slices.Contains(rule, dep) {
+				t.Errorf("%s imports %s, which its rule does not allow", rel, dep)
+			}
+		}
+		if rel == "api" || strings.HasPrefix(rel, "api/") {
+			for _, dep := range internal(append(p.TestImports, p.XTestImports...)) {
+				if strings.HasPrefix(dep, "operator") || strings.HasPrefix(dep, "local") {
+					t.Errorf("%s's tests import %s: run the backend's conformance in the backend (api/apitest)", rel, dep)
+				}
+			}
+		}
+	}
+	for rel := range allowed {
+		found := false
+		for _, p := range pkgs {
+			found = found || p.ImportPath == mod+rel
+		}
+		if !found {
+			t.Errorf("the rule for %s names no package: remove it", rel)
+		}
+	}
+}
+
+func TestCoreWithoutKubernetes(t *testing.T) {
+	for _, p := range list(t) {
+		rel := strings.TrimPrefix(p.ImportPath, mod)
+		if !slices.Contains(noKubernetes, rel) {
+			continue
+		}
+		for _, dep := range p.Deps {
+			if strings.HasPrefix(dep, "k8s.io/") || strings.HasPrefix(dep, "sigs.k8s.io/") {
+				t.Errorf("%s depends on %s", rel, dep)
+				break
 			}
 		}
 	}
 }
 
-func TestDependenciesPointOneWay(t *testing.T) {
-	for pkg, bad := range forbidden {
-		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", mod+pkg).CombinedOutput()
+// The wire types and the client are what outside programs link against: the standard library and
+// the listed module packages only.
+func TestStdlibOnly(t *testing.T) {
+	stdlibOnly := map[string][]string{"api/apiv1": nil, "api/client": {mod + "api/apiv1"}}
+	for rel, ok := range stdlibOnly {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", mod+rel).CombinedOutput()
 		if err != nil {
-			t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+			t.Fatalf("go list %s: %v\n%s", rel, err, out)
 		}
 		for _, dep := range strings.Fields(string(out)) {
-			if dep == mod+pkg {
-				continue
-			}
-			for _, b := range bad {
-				if strings.HasPrefix(dep, b) && !((pkg == "oci" || pkg == "deps") && dep == mod+"layers") && !(pkg == "oci" && dep == mod+"deps") {
-					t.Errorf("%s depends on %s", pkg, dep)
-				}
+			if dep != mod+rel && !slices.Contains(ok, dep) {
+				t.Errorf("%s must use only the standard library but depends on %s", rel, dep)
 			}
 		}
 	}

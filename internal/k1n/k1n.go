@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sless-dev/sless/api/codestore"
+	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/kubetest"
 	"github.com/sless-dev/sless/internal/testenv"
 )

@@ -2,17 +2,17 @@ package testenv
 
 import (
 	"context"
-
-	"github.com/sless-dev/sless/local"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/sless-dev/sless/local/podman"
 )
 
 // PodmanRunFlags are what `podman run` needs on these machines (DESIGN.md §7).
-var PodmanRunFlags = local.PodmanRunFlags
+var PodmanRunFlags = podman.RunFlags
 
 // Podman runs podman with the project's containers.conf (cgroupfs, runc) and its own storage under
 // the cache dir, so tests neither touch nor depend on the machine's default container storage.
@@ -31,8 +31,8 @@ func NewPodman(t testing.TB) *Podman {
 	}
 	return &Podman{
 		bin:  bin,
-		args: local.PodmanGlobalFlags(filepath.Join(CacheDir(), "podman")),
-		env:  append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(moduleRoot(), "local", "containers.conf")),
+		args: podman.GlobalFlags(filepath.Join(CacheDir(), "podman")),
+		env:  append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(moduleRoot(), "local", "podman", "containers.conf")),
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/sless-dev/sless/api/client"
-	"github.com/sless-dev/sless/local"
+	"github.com/sless-dev/sless/local/podman"
 )
 
 var (
@@ -160,10 +160,10 @@ func removeInstanceContainers(dataDir string) {
 	if err != nil {
 		return
 	}
-	args := append(local.PodmanGlobalFlags(filepath.Join(CacheDir(), "podman")), "rm", "-f", "-t", "0", "--filter",
+	args := append(podman.GlobalFlags(filepath.Join(CacheDir(), "podman")), "rm", "-f", "-t", "0", "--filter",
 		"label=dev.sless.instance="+hex.EncodeToString(sum[:])[:12])
 	cmd := exec.Command(p, args...)
-	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(moduleRoot(), "local", "containers.conf"))
+	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(moduleRoot(), "local", "podman", "containers.conf"))
 	cmd.Run()
 }
 

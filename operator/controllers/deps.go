@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,10 +13,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/deps"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/resources"
-	"github.com/sless-dev/sless/runtimes"
+	"github.com/sless-dev/sless/runspec"
 )
 
 // DepsConfig is how the Function reconciler gets a dependency layer it does not have cached: a
@@ -32,26 +31,36 @@ type DepsConfig struct {
 	Repo string
 	// OperatorImage holds the `sless` binary the Job's push step runs.
 	OperatorImage string
-	// PipIndexURL and NPMRegistry are the package indexes installs use ("" for the defaults).
-	PipIndexURL, NPMRegistry string
 	// Insecure lets the Job push over plain HTTP.
 	Insecure bool
 }
 
-// depsOutcome is the dependency layer for a build, or the Job it waits for.
-type depsOutcome struct {
-	layer  v1.Layer
-	key    string
-	cached bool   // no Job had to run for this build
-	job    string // the deps Job of this build (running, or done and to be cleaned up)
+// jobDeps makes a Function's dependency layer with a Job on a cache miss (build.Deps): the build
+// is pending until the Job has pushed the layer. build is the key of the build asking.
+type jobDeps struct {
+	r     *FunctionReconciler
+	fn    *slessv1.Function
+	build string
 }
 
-// errDepsNotConfigured is a function with manifests on an operator started without a deps cache:
-// the platform's configuration, not the function, is at fault (retried with backoff, so a
+// noDeps is the dependency source of an operator started without --operator-image: the
+// platform's configuration, not the function, is at fault (retried with backoff, so a
 // reconfigured operator picks it up).
-var errDepsNotConfigured = errors.New("this platform has no dependency cache configured (sless-operator --operator-image)")
+type noDeps struct{}
 
-// annotationBuildKey on a deps Job names the build (buildKey) that started it.
+func (noDeps) Layer(context.Context, deps.Spec, string) (deps.Result, error) {
+	return deps.Result{}, fmt.Errorf("%w (sless-operator --operator-image)", build.ErrNoDeps)
+}
+
+// deps is how the build of fn with key gets its dependency layer.
+func (r *FunctionReconciler) deps(fn *slessv1.Function, key string) build.Deps {
+	if r.Deps == nil {
+		return noDeps{}
+	}
+	return &jobDeps{r: r, fn: fn, build: key}
+}
+
+// annotationBuildKey on a deps Job names the build (build.Key) that started it.
 const annotationBuildKey = "sless.dev/build-key"
 
 // depsJobName is unique per function and key, so a changed lockfile never waits on an old Job.
@@ -59,114 +68,97 @@ func depsJobName(fn, key string) string {
 	return fn[:min(len(fn), 63-len("-deps-")-12)] + "-deps-" + key[:12]
 }
 
-// dependencies returns nil when the code has no manifests, the cached layer when there is one,
-// and otherwise makes sure a deps Job runs and reports it as pending (layer nil, job set).
-func (r *FunctionReconciler) dependencies(ctx context.Context, fn *slessv1.Function, zip *os.File, size int64) (*depsOutcome, error) {
-	manifests, err := deps.ManifestsInZip(zip, size, fn.Spec.Runtime)
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading dependency manifests: %v", deps.ErrInvalidSpec, err)
-	}
-	if manifests == nil {
-		return nil, nil
-	}
-	if r.Deps == nil {
-		return nil, errDepsNotConfigured
-	}
-	rt, ok := runtimes.Lookup(fn.Spec.Runtime)
-	if !ok {
-		return nil, fmt.Errorf("%w: runtime %q has no dependency installer", deps.ErrInvalidSpec, fn.Spec.Runtime)
-	}
-	spec := deps.Spec{Runtime: fn.Spec.Runtime, RuntimeImage: r.Runtimes[fn.Spec.Runtime], Files: manifests, Namespace: fn.Namespace, IndexURL: r.Deps.PipIndexURL}
-	if fn.Spec.Runtime == "nodejs20" {
-		spec.IndexURL = r.Deps.NPMRegistry
-	}
+// Layer returns the cached layer when there is one, and otherwise makes sure a deps Job runs and
+// reports the build as pending.
+func (d *jobDeps) Layer(ctx context.Context, spec deps.Spec, dir string) (deps.Result, error) {
+	r, fn := d.r, d.fn
 	in, err := spec.Installer()
 	if err != nil {
-		return nil, err
+		return deps.Result{}, err
 	}
 	key, err := deps.Key(spec)
 	if err != nil {
-		return nil, err
+		return deps.Result{}, err
 	}
-	out := &depsOutcome{key: key}
+	pending := func(job string) (deps.Result, error) {
+		return deps.Result{}, &build.PendingError{Reason: "installing dependencies: Job " + job, RetryAfter: depsPoll}
+	}
 	var job batchv1.Job
 	jobKey := client.ObjectKey{Namespace: fn.Namespace, Name: depsJobName(fn.Name, key)}
+	jobFound := false
 	switch err := r.Get(ctx, jobKey, &job); {
 	case err == nil:
-		out.job = job.Name
+		jobFound = true
 	case !apierrors.IsNotFound(err):
-		return nil, err
+		return deps.Result{}, err
 	}
 	l, err := r.Deps.Store.Get(ctx, key)
 	if err == nil {
-		out.layer, out.cached = l, out.job == ""
-		return out, nil
+		return deps.Result{Layer: l, Key: key, Cached: !jobFound, Warning: in.Warning}, nil
 	}
 	if !errors.Is(err, deps.ErrNotFound) {
-		return nil, fmt.Errorf("reading the deps cache: %w", err)
+		return deps.Result{}, fmt.Errorf("reading the deps cache: %w", err)
 	}
-	build := buildKey(fn, r.Runtimes)
-	if out.job != "" {
+	if jobFound {
 		done, ok := finished(&job)
 		if !done {
-			return out, nil
+			return pending(job.Name)
 		}
-		if job.Annotations[annotationBuildKey] != build {
+		if job.Annotations[annotationBuildKey] != d.build {
 			// A Job that failed for an earlier build of this function: this build retries it.
 			if err := r.deleteDepsJob(ctx, fn.Namespace, job.Name); err != nil {
-				return nil, err
+				return deps.Result{}, err
 			}
-			return out, nil // its deletion brings us back to start the new one
+			return pending(job.Name) // its deletion brings us back to start the new one
 		}
 		installFailed, msg, err := depsJobOutcome(ctx, uncached(r.APIReader, r.Client), &job)
 		if err != nil {
-			return nil, err
+			return deps.Result{}, err
 		}
 		if !installFailed {
 			// The platform failed, not the dependencies (a push refused, the deadline, an eviction,
 			// an image pull): the Job goes and the build is retried with backoff.
 			if err := r.deleteDepsJob(ctx, fn.Namespace, job.Name); err != nil {
-				return nil, err
+				return deps.Result{}, err
 			}
 			if ok {
 				msg = fmt.Sprintf("completed but %s:%s is not in the registry; %s", r.Deps.Repo, key, msg)
 			}
-			return nil, fmt.Errorf("deps Job %s failed (%s); retrying", job.Name, strings.TrimSpace(msg))
+			return deps.Result{}, fmt.Errorf("deps Job %s failed (%s); retrying", job.Name, strings.TrimSpace(msg))
 		}
 		// The installer itself failed: the user's dependencies need fixing. The Job stays (its
 		// pod's logs say why) until a new build replaces it or the Function goes; a stale read of
 		// the Function sees it and reports the same failure instead of starting another install.
-		return nil, &deps.InstallError{Output: strings.TrimSpace(msg)}
+		return deps.Result{}, &deps.InstallError{Output: strings.TrimSpace(msg)}
 	}
 	// Jobs of earlier keys of this function (requirements changed) are of no use any more.
 	if err := r.deleteDepsJobs(ctx, fn, jobKey.Name); err != nil {
-		return nil, err
+		return deps.Result{}, err
 	}
 	files := map[string]string{}
-	for n, b := range manifests {
+	for n, b := range spec.Files {
 		files[n] = string(b)
 	}
 	j, cm := resources.MakeDepsJob(resources.DepsJob{Namespace: fn.Namespace, Name: jobKey.Name, Function: fn.Name,
 		RuntimeImage: spec.RuntimeImage, Argv: in.Argv, Env: in.Env, Manifests: files, OperatorImage: r.Deps.OperatorImage,
-		PushTo: r.Deps.Repo + ":" + key, DepsDir: rt.DepsDir, Insecure: r.Deps.Insecure})
-	j.Annotations = map[string]string{annotationBuildKey: build}
+		PushTo: r.Deps.Repo + ":" + key, DepsDir: dir, Insecure: r.Deps.Insecure})
+	j.Annotations = map[string]string{annotationBuildKey: d.build}
 	for _, obj := range []client.Object{cm, j} {
 		if err := controllerutil.SetControllerReference(fn, obj, r.Scheme); err != nil {
-			return nil, err
+			return deps.Result{}, err
 		}
 		if err := r.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("creating deps %T: %w", obj, err)
+			return deps.Result{}, fmt.Errorf("creating deps %T: %w", obj, err)
 		}
 	}
 	r.event(fn, corev1.EventTypeNormal, "InstallingDependencies", "dependency cache miss (key %s): Job %s installs them", key[:12], j.Name)
-	out.job = j.Name
-	return out, nil
+	return pending(j.Name)
 }
 
 // deleteDepsJobs removes the function's deps Jobs other than keep ("" for all).
 func (r *FunctionReconciler) deleteDepsJobs(ctx context.Context, fn *slessv1.Function, keep string) error {
 	var jobs batchv1.JobList
-	if err := r.List(ctx, &jobs, client.InNamespace(fn.Namespace), client.MatchingLabels(resources.Labels(fn.Name, "deps"))); err != nil {
+	if err := r.List(ctx, &jobs, client.InNamespace(fn.Namespace), client.MatchingLabels(runspec.Labels(fn.Name, runspec.RoleDeps))); err != nil {
 		return err
 	}
 	for _, j := range jobs.Items {

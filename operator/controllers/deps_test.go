@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -16,7 +15,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/deps"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/controllers"
@@ -35,8 +37,9 @@ func TestDependenciesJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.start(func(r *controllers.FunctionReconciler) {
-		r.Deps = &controllers.DepsConfig{Store: store, Repo: e.reg + "/sless/deps", OperatorImage: e.runtime, PipIndexURL: index, Insecure: true}
+	r, _ := e.start(func(c *startConfig) {
+		c.deps = &controllers.DepsConfig{Store: store, Repo: e.reg + "/sless/deps", OperatorImage: e.runtime, Insecure: true}
+		c.pipeline = append(c.pipeline, build.WithIndex("python3.11", index))
 	})
 	requirements := "six==1.16.0\n"
 	key, err := deps.Key(deps.Spec{Runtime: "python3.11", RuntimeImage: e.runtime, Namespace: e.ns, IndexURL: index,
@@ -60,7 +63,7 @@ func TestDependenciesJob(t *testing.T) {
 		}
 		eventually(t, "Building with the Job's name", func() bool {
 			f := e.fn("app")
-			return f.Status.Phase == slessv1.PhaseBuilding && strings.Contains(f.Status.Message, job.Name)
+			return f.Status.Phase == apiv1.PhaseBuilding && strings.Contains(f.Status.Message, job.Name)
 		})
 		if c := meta.FindStatusCondition(e.fn("app").Status.Conditions, slessv1.FunctionBuilt); c == nil || c.Reason != "InstallingDependencies" {
 			t.Errorf("Built condition %+v", c)
@@ -133,20 +136,26 @@ func TestDependenciesJob(t *testing.T) {
 		eventually(t, "the deps Job", func() bool { return len(depsJobs("bad")) == 1 })
 		j := depsJobs("bad")[0]
 		e.finishJob(&j, true, "install", 1, "ERROR: No matching distribution found for nosuchpkg==9.9")
-		// Failed, and marked failed for this build (the status and the annotation are two writes).
+		// Failed, and marked failed for this build.
 		eventually(t, "Failed", func() bool {
 			f := e.fn("bad")
-			return f.Status.Phase == slessv1.PhaseFailed && f.Annotations["sless.dev/failed-for"] != ""
+			return f.Status.Phase == apiv1.PhaseFailed && f.Status.FailedBuildKey != ""
 		})
 		f := e.fn("bad")
 		if c := meta.FindStatusCondition(f.Status.Conditions, slessv1.FunctionReady); c == nil || c.Reason != "DependenciesFailed" ||
 			!strings.Contains(f.Status.Message, "No matching distribution found for nosuchpkg") {
 			t.Errorf("status %q %+v", f.Status.Message, c)
 		}
-		rv := e.fn("bad").ResourceVersion
-		time.Sleep(time.Second)
-		if got := e.fn("bad").ResourceVersion; got != rv {
-			t.Errorf("the failed function is retried in a loop (%s → %s)", rv, got)
+		// Reconciling it again (as any event would) neither builds nor writes: the failure latched.
+		rv, builds := e.fn("bad").ResourceVersion, e.builds.Load()
+		waitCached(t, r, e.fn("bad"))
+		for range 3 {
+			if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: e.ns, Name: "bad"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := e.fn("bad").ResourceVersion; got != rv || e.builds.Load() != builds {
+			t.Errorf("the failed function is retried: resourceVersion %s → %s, builds %d → %d", rv, got, builds, e.builds.Load())
 		}
 		if jobs := depsJobs("bad"); len(jobs) != 1 || jobs[0].UID != j.UID {
 			t.Errorf("the failed Job must stay (its logs say why), and no other start: %d jobs", len(jobs))
@@ -159,7 +168,7 @@ func TestDependenciesJob(t *testing.T) {
 		}
 		eventually(t, "a new deps Job for the retry", func() bool {
 			jobs := depsJobs("bad")
-			return len(jobs) == 1 && jobs[0].UID != j.UID && e.fn("bad").Status.Phase == slessv1.PhaseBuilding
+			return len(jobs) == 1 && jobs[0].UID != j.UID && e.fn("bad").Status.Phase == apiv1.PhaseBuilding
 		})
 		retry := depsJobs("bad")[0]
 		// Fixed requirements: a new key, and the old key's Job (still running) goes.
@@ -208,16 +217,16 @@ func TestDependenciesJob(t *testing.T) {
 				return false
 			})
 		}
-		if f := e.fn("pushfail"); f.Annotations["sless.dev/failed-for"] != "" {
-			t.Errorf("a platform failure marked the build failed for good: %v", f.Annotations)
+		if f := e.fn("pushfail"); f.Status.FailedBuildKey != "" {
+			t.Errorf("a platform failure marked the build failed for good: %+v", f.Status)
 		}
 	})
 	t.Run("dependencies on an operator without a deps cache: a clear error", func(t *testing.T) {
 		e2 := newFnEnv(t, "sless-00000000000000df")
 		e2.start(nil)
 		e2.create("app", e2.upload("app", map[string]string{"handler.py": "x = 1\n", "requirements.txt": requirements}))
-		eventually(t, "Failed", func() bool { return e2.fn("app").Status.Phase == slessv1.PhaseFailed })
-		if msg := e2.fn("app").Status.Message; !strings.Contains(msg, "no dependency cache") {
+		eventually(t, "Failed", func() bool { return e2.fn("app").Status.Phase == apiv1.PhaseFailed })
+		if msg := e2.fn("app").Status.Message; !strings.Contains(msg, "no dependency installs configured") || !strings.Contains(msg, "--operator-image") {
 			t.Errorf("message %q", msg)
 		}
 	})

@@ -1,19 +1,12 @@
-// Package controllers holds the operator's reconcilers (controller-runtime): Function builds
-// in-process and runs a Deployment and Service (scaled to 0 when its http triggers disable it);
-// FunctionJob runs Jobs; Trigger runs cron triggers as CronJobs.
 package controllers
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,13 +22,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
-	"github.com/sless-dev/sless/deps"
-	"github.com/sless-dev/sless/layers"
-	"github.com/sless-dev/sless/oci"
+	"github.com/sless-dev/sless/build"
+	"github.com/sless-dev/sless/codestore"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/resources"
+	"github.com/sless-dev/sless/runspec"
 )
 
 // Finalizer removes what lives outside the cluster (stored code, image tags) before a Function goes.
@@ -45,22 +37,16 @@ const Finalizer = "sless.dev/cleanup"
 type FunctionReconciler struct {
 	client.Client
 	Scheme *runtime.Scheme
-	// Builder is the long-lived image builder; Code the store uploads land in.
-	Builder *oci.Builder
-	Code    api.CodeStore
-	// Runtimes maps a runtime name to its image by digest.
-	Runtimes map[string]string
-	// Registry is where function images are pushed (host[:port]).
-	Registry string
+	// Pipeline builds and pushes images; Code is the store uploads land in.
+	Pipeline *build.Pipeline
+	Code     codestore.Store
 	// PublicURL is the API's base URL, for status.url.
 	PublicURL string
-	// Builds bounds concurrent builds; BuildTimeout bounds one.
-	Builds       chan struct{}
-	BuildTimeout time.Duration
 	// APIReader reads what the cache may not have caught up with yet (a deps Job's pod status when
 	// the Job already failed); nil reads through Client.
 	APIReader client.Reader
-	// Deps installs dependencies on a cache miss; nil refuses functions that declare any.
+	// Deps installs dependencies on a cache miss; nil fails functions that declare any (retried,
+	// so a reconfigured operator picks them up).
 	Deps *DepsConfig
 	// Recorder, when set, records build outcomes as Events on the Function, so
 	// `kubectl describe function` shows why a build failed without reading operator logs.
@@ -99,21 +85,26 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 	}
 	before := fn.Status.DeepCopy()
-	fn.Status.URL = strings.TrimRight(r.PublicURL, "/") + "/fn/" + fn.Namespace + "/" + fn.Name
+	fn.Status.URL = runspec.FunctionURL(r.PublicURL, fn.Namespace, fn.Name)
 	fn.Status.ObservedGeneration = fn.Generation
 	if fn.Spec.CodeSHA256 == "" {
 		fn.MarkPending("waiting for code: upload a zip")
 		return ctrl.Result{}, r.writeStatus(ctx, &fn, before)
 	}
-	if fn.Status.Image == "" || fn.Status.BuiltCodeSHA256 != fn.Spec.CodeSHA256 || fn.Annotations[annotationBuiltFor] != buildKey(&fn, r.Runtimes) {
-		if fn.Status.Phase == slessv1.PhaseFailed && fn.Annotations[annotationFailedFor] == buildKey(&fn, r.Runtimes) {
-			return ctrl.Result{}, nil // this build failed already; a new upload or spec retries
+	breq := buildRequest(&fn)
+	key := r.Pipeline.Key(breq)
+	if err := r.adoptLegacy(ctx, &fn, breq, key); err != nil {
+		return ctrl.Result{}, err
+	}
+	if fn.Status.Image == "" || fn.Status.Build == nil || fn.Status.Build.Key != key {
+		if fn.Status.FailedBuildKey == key {
+			return ctrl.Result{}, r.writeStatus(ctx, &fn, before) // this build failed already; a new upload or spec retries
 		}
-		image, wait, err := r.build(ctx, &fn, before)
-		if err != nil || wait > 0 {
-			return ctrl.Result{RequeueAfter: wait}, err
+		res, err := r.build(ctx, &fn, before, breq)
+		if err != nil || res.RequeueAfter > 0 {
+			return res, err
 		}
-		logger.Info("built", "image", image)
+		logger.Info("built", "image", fn.Status.Image)
 	}
 
 	replicas, err := r.replicas(ctx, &fn)
@@ -151,16 +142,16 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	case stalled(live) != "":
 		// Not terminal: the Deployment keeps trying, and its recovery brings us back (Owns).
 		fn.MarkFailed("StartFailed", fmt.Sprintf("the new version did not become ready within %d s: %s", resources.ProgressDeadline, stalled(live)))
-		if before.Phase != slessv1.PhaseFailed {
+		if before.Phase != apiv1.PhaseFailed {
 			r.event(&fn, corev1.EventTypeWarning, "StartFailed", "%s", fn.Status.Message)
 		}
-	default:
-		if err := r.writeStatus(ctx, &fn, before); err != nil {
-			return ctrl.Result{}, err
-		}
-		return ctrl.Result{}, nil // the Deployment's status change brings us back (Owns)
 	}
+	// Otherwise the rollout goes on; the Deployment's status change brings us back (Owns).
 	return ctrl.Result{}, r.writeStatus(ctx, &fn, before)
+}
+
+func buildRequest(fn *slessv1.Function) build.Request {
+	return build.Request{Namespace: fn.Namespace, Function: fn.Name, Runtime: fn.Spec.Runtime, Entrypoint: fn.Spec.Entrypoint, CodeSHA256: fn.Spec.CodeSHA256}
 }
 
 // rolledOut is `kubectl rollout status` done: the Deployment controller saw the current template,
@@ -182,172 +173,111 @@ func stalled(d *appsv1.Deployment) string {
 	return ""
 }
 
-const (
-	annotationBuiltFor  = "sless.dev/built-for"
-	annotationFailedFor = "sless.dev/failed-for"
-)
-
-// buildKey names what decides the image: code, runtime image and entrypoint.
-func buildKey(fn *slessv1.Function, runtimes map[string]string) string {
-	return fn.Spec.CodeSHA256[:min(12, len(fn.Spec.CodeSHA256))] + "." + digestOf(runtimes[fn.Spec.Runtime]) + "." + fn.Spec.Entrypoint
-}
-
-func digestOf(ref string) string {
-	_, d, _ := strings.Cut(ref, "@sha256:")
-	return d[:min(12, len(d))]
-}
-
 // writeStatus updates status only when it changed: an unchanged reconcile writes nothing.
 func (r *FunctionReconciler) writeStatus(ctx context.Context, fn *slessv1.Function, before *slessv1.FunctionStatus) error {
 	if equality.Semantic.DeepEqual(&fn.Status, before) {
 		return nil
 	}
-	return r.Status().Update(ctx, fn)
+	if err := r.Status().Update(ctx, fn); err != nil {
+		return err
+	}
+	*before = *fn.Status.DeepCopy()
+	return nil
 }
 
 // depsPoll is how often a build waiting on a deps Job looks again (the Job's status changes
 // also wake it: the Job is owned).
 const depsPoll = 10 * time.Second
 
-// build makes and pushes the image, or reports how long to wait for its deps Job. User errors
-// become Failed and a terminal error (no hot loop).
-func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, before *slessv1.FunctionStatus) (string, time.Duration, error) {
-	select {
-	case r.Builds <- struct{}{}:
-		defer func() { <-r.Builds }()
-	case <-ctx.Done():
-		return "", 0, ctx.Err()
-	}
-	bctx, cancel := context.WithTimeout(ctx, r.BuildTimeout)
-	defer cancel()
-	key := buildKey(fn, r.Runtimes)
-	fail := func(err error) (string, time.Duration, error) {
-		var ie *deps.InstallError
-		reason, what := "BuildFailed", "build failed: "
-		if errors.As(err, &ie) || errors.Is(err, deps.ErrInvalidSpec) {
-			reason, what = "DependenciesFailed", ""
+// build runs the pipeline for the Function's current code. A user error becomes Failed with the
+// build's key latched and a terminal error (no hot loop); the platform's errors are retried with
+// backoff; a pending dependency layer requeues.
+func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, before *slessv1.FunctionStatus, breq build.Request) (ctrl.Result, error) {
+	if fn.Status.Phase != apiv1.PhaseBuilding {
+		fn.MarkBuilding()
+		if err := r.writeStatus(ctx, fn, before); err != nil {
+			return ctrl.Result{}, err
 		}
-		user := reason == "DependenciesFailed" || errors.Is(err, oci.ErrInvalidSource) || errors.Is(err, api.ErrNotFound) || isLayerError(err)
-		fn.MarkFailed(reason, what+err.Error())
-		r.event(fn, corev1.EventTypeWarning, reason, "%s%v", what, err)
+	}
+	breq.Deps = r.deps(fn, r.Pipeline.Key(breq))
+	res, err := r.Pipeline.Build(ctx, breq)
+	if pe, ok := errors.AsType[*build.PendingError](err); ok {
+		fn.MarkInstallingDependencies(pe.Reason)
+		return ctrl.Result{RequeueAfter: pe.RetryAfter}, r.writeStatus(ctx, fn, before)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctrl.Result{}, ctx.Err()
+		}
+		reason, msg := build.Reason(err), build.Message(err)
+		fn.MarkFailed(reason, msg)
+		if build.IsUserError(err) {
+			fn.Status.FailedBuildKey = r.Pipeline.Key(breq)
+		}
+		if before.Phase != apiv1.PhaseFailed || before.Message != msg {
+			r.event(fn, corev1.EventTypeWarning, reason, "%s", msg)
+		}
 		if werr := r.writeStatus(ctx, fn, before); werr != nil {
-			return "", 0, werr
+			return ctrl.Result{}, werr
 		}
-		if !user {
-			return "", 0, err
+		if build.IsUserError(err) {
+			return ctrl.Result{}, reconcile.TerminalError(err)
 		}
-		if fn.Annotations == nil {
-			fn.Annotations = map[string]string{}
-		}
-		fn.Annotations[annotationFailedFor] = key
-		if uerr := r.Update(ctx, fn); uerr != nil {
-			return "", 0, uerr
-		}
-		return "", 0, reconcile.TerminalError(err)
-	}
-
-	code, size, err := r.fetchCode(bctx, fn)
-	if err != nil {
-		return fail(err)
-	}
-	defer func() { code.Close(); os.Remove(code.Name()) }()
-	d, err := r.dependencies(bctx, fn, code, size)
-	if err != nil {
-		return fail(err)
-	}
-	if d != nil && d.layer == nil {
-		fn.MarkInstallingDependencies(d.job)
-		return "", depsPoll, r.writeStatus(ctx, fn, before)
-	}
-
-	fn.MarkBuilding()
-	if err := r.writeStatus(ctx, fn, before); err != nil {
-		return "", 0, err
-	}
-	*before = *fn.Status.DeepCopy()
-	start := time.Now()
-	image, err := r.buildImage(bctx, fn, code, size, d)
-	if err != nil {
-		return fail(err)
+		return ctrl.Result{}, err
 	}
 	now := metav1.Now()
-	fn.MarkBuilt(image)
+	fn.MarkBuilt(res.Image, slessv1.BuildStatus{Key: res.Key, DurationMS: res.Duration.Milliseconds(), DepsKey: res.DepsKey, DepsCached: res.DepsCached})
 	fn.Status.LastBuiltAt = &now
-	fn.Status.Build = &slessv1.BuildStatus{DurationMS: time.Since(start).Milliseconds()}
-	if d != nil {
-		fn.Status.Build.DepsKey, fn.Status.Build.DepsCached = d.key, d.cached
+	r.event(fn, corev1.EventTypeNormal, "Built", "built %s in %d ms", res.Image, res.Duration.Milliseconds())
+	if err := r.writeStatus(ctx, fn, before); err != nil {
+		return ctrl.Result{}, err
 	}
-	r.event(fn, corev1.EventTypeNormal, "Built", "built %s in %d ms", image, fn.Status.Build.DurationMS)
-	if err := r.Status().Update(ctx, fn); err != nil {
-		return "", 0, err
-	}
-	*before = *fn.Status.DeepCopy()
-	if d != nil {
+	if res.DepsKey != "" {
 		if err := r.deleteDepsJobs(ctx, fn, ""); err != nil {
-			return "", 0, err
+			return ctrl.Result{}, err
 		}
 	}
-	if fn.Annotations == nil {
-		fn.Annotations = map[string]string{}
+	return ctrl.Result{}, nil
+}
+
+// Annotations an operator before the shared build pipeline kept its build identity in.
+const (
+	legacyBuiltFor  = "sless.dev/built-for"
+	legacyFailedFor = "sless.dev/failed-for"
+)
+
+// adoptLegacy carries a Function built by an earlier operator over without a rebuild: its build
+// identity was an annotation (code, runtime digest and entrypoint, shortened), now it is
+// status.build.key. The annotations go once their meaning is in the status.
+func (r *FunctionReconciler) adoptLegacy(ctx context.Context, fn *slessv1.Function, breq build.Request, key string) error {
+	built, failed := fn.Annotations[legacyBuiltFor], fn.Annotations[legacyFailedFor]
+	if built == "" && failed == "" {
+		return nil
 	}
-	fn.Annotations[annotationBuiltFor] = key
-	delete(fn.Annotations, annotationFailedFor)
+	runtimeImage, _ := r.Pipeline.RuntimeImage(breq.Runtime)
+	_, digest, _ := strings.Cut(runtimeImage, "@sha256:")
+	legacy := breq.CodeSHA256[:min(12, len(breq.CodeSHA256))] + "." + digest[:min(12, len(digest))] + "." + breq.Entrypoint
+	if built == legacy && fn.Status.Image != "" && (fn.Status.Build == nil || fn.Status.Build.Key == "") {
+		if fn.Status.Build == nil {
+			fn.Status.Build = &slessv1.BuildStatus{}
+		}
+		fn.Status.Build.Key = key
+	}
+	if failed == legacy && fn.Status.Phase == apiv1.PhaseFailed {
+		fn.Status.FailedBuildKey = key
+	}
+	status := fn.Status.DeepCopy()
+	delete(fn.Annotations, legacyBuiltFor)
+	delete(fn.Annotations, legacyFailedFor)
 	if err := r.Update(ctx, fn); err != nil {
-		return "", 0, err
+		return err
 	}
-	return image, 0, nil
+	fn.Status = *status
+	return nil
 }
 
-func isLayerError(err error) bool {
-	var ee *layers.EntryError
-	return errors.As(err, &ee) || errors.Is(err, layers.ErrInvalidArchive) || errors.Is(err, layers.ErrTooLarge) || errors.Is(err, layers.ErrCompressionRatio)
-}
-
-// fetchCode copies the uploaded zip into a temp file (the builder and the manifest reader need
-// random access); the caller removes it.
-func (r *FunctionReconciler) fetchCode(ctx context.Context, fn *slessv1.Function) (*os.File, int64, error) {
-	rc, err := r.Code.Get(ctx, api.CodeKey(fn.Namespace, fn.Name, fn.Spec.CodeSHA256))
-	if err != nil {
-		return nil, 0, fmt.Errorf("reading the uploaded code: %w", err)
-	}
-	defer rc.Close()
-	tmp, err := os.CreateTemp("", "sless-code-*.zip")
-	if err != nil {
-		return nil, 0, err
-	}
-	size, err := io.Copy(tmp, rc)
-	if err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return nil, 0, err
-	}
-	return tmp, size, nil
-}
-
-func (r *FunctionReconciler) buildImage(ctx context.Context, fn *slessv1.Function, code *os.File, size int64, d *depsOutcome) (string, error) {
-	runtimeRef, ok := r.Runtimes[fn.Spec.Runtime]
-	if !ok {
-		return "", fmt.Errorf("%w: runtime %q is not installed", oci.ErrInvalidSource, fn.Spec.Runtime)
-	}
-	src := oci.Source{RuntimeImage: runtimeRef, Zip: code, ZipSize: size, ZipSHA256: fn.Spec.CodeSHA256,
-		Handler: fn.Spec.Entrypoint, Function: fn.Name, Namespace: fn.Namespace, Runtime: fn.Spec.Runtime}
-	if d != nil {
-		src.Deps, src.DepsKey = d.layer, d.key
-	}
-	res, err := r.Builder.Build(ctx, src)
-	if err != nil {
-		return "", err
-	}
-	defer res.Close()
-	ref, err := r.Builder.Push(ctx, res, r.Registry+"/"+fn.Namespace+"/"+fn.Name+":latest")
-	if err != nil {
-		return "", err
-	}
-	return ref.String(), nil
-}
-
-// replicas follows DESIGN.md §5 through the rule the /fn/ proxy applies (api.DisabledBy), so the
-// proxy's 503 and zero replicas always agree.
+// replicas follows the rule the /fn/ proxy applies (runspec.DisabledBy), so the proxy's 503 and
+// zero replicas always agree.
 func (r *FunctionReconciler) replicas(ctx context.Context, fn *slessv1.Function) (int32, error) {
 	var ts slessv1.TriggerList
 	if err := r.List(ctx, &ts, client.InNamespace(fn.Namespace)); err != nil {
@@ -357,25 +287,23 @@ func (r *FunctionReconciler) replicas(ctx context.Context, fn *slessv1.Function)
 	for _, t := range ts.Items {
 		triggers = append(triggers, apiv1.Trigger{Name: t.Name, Type: t.Spec.Type, FunctionRef: t.Spec.FunctionRef, Enabled: t.Spec.Enabled})
 	}
-	if off, _ := api.DisabledBy(triggers, fn.Name); off {
+	if off, _ := runspec.DisabledBy(triggers, fn.Name); off {
 		return 0, nil
 	}
 	return 1, nil
 }
 
-// finalize removes the stored code and the image tag, then lets the Function go.
+// finalize removes the stored code and the image, then lets the Function go.
 func (r *FunctionReconciler) finalize(ctx context.Context, fn *slessv1.Function) error {
 	if !controllerutil.ContainsFinalizer(fn, Finalizer) {
 		return nil
 	}
-	if err := r.Code.DeletePrefix(ctx, api.CodePrefix(fn.Namespace, fn.Name)); err != nil {
+	if err := r.Code.DeletePrefix(ctx, codestore.Prefix(fn.Namespace, fn.Name)); err != nil {
 		return fmt.Errorf("deleting stored code: %w", err)
 	}
 	if fn.Status.Image != "" {
-		if ref, err := name.NewDigest(fn.Status.Image); err == nil {
-			if err := remote.Delete(ref, remote.WithContext(ctx)); err != nil && !strings.Contains(err.Error(), "MANIFEST_UNKNOWN") {
-				return fmt.Errorf("deleting image %s: %w", fn.Status.Image, err)
-			}
+		if err := r.Pipeline.DeleteImages(ctx, fn.Status.Image); err != nil {
+			return err
 		}
 	}
 	controllerutil.RemoveFinalizer(fn, Finalizer)

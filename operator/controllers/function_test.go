@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -24,7 +25,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/testenv"
 	"github.com/sless-dev/sless/layers"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
@@ -105,11 +107,11 @@ func TestFunctionReconciler(t *testing.T) {
 		}
 		// The Service is applied right after the Deployment, in the same reconcile.
 		eventually(t, "the service", func() bool { return c.Get(ctx, key, &corev1.Service{}) == nil })
-		if f.Status.Phase == slessv1.PhaseReady {
+		if f.Status.Phase == apiv1.PhaseReady {
 			t.Error("Ready before the deployment is available")
 		}
 		markAvailable()
-		eventually(t, "Ready", func() bool { return getFn().Status.Phase == slessv1.PhaseReady })
+		eventually(t, "Ready", func() bool { return getFn().Status.Phase == apiv1.PhaseReady })
 		if !controllersHasFinalizer(getFn()) {
 			t.Error("no finalizer")
 		}
@@ -132,7 +134,8 @@ func TestFunctionReconciler(t *testing.T) {
 		eventFor(t, "hello", corev1.EventTypeNormal, "Built", image1)
 	})
 	t.Run("unchanged reconcile writes nothing", func(t *testing.T) {
-		time.Sleep(300 * time.Millisecond)
+		waitCached(t, r, getFn())
+		waitCached(t, r, getDep())
 		f0, d0 := getFn().ResourceVersion, getDep().ResourceVersion
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
 			t.Fatal(err)
@@ -159,12 +162,16 @@ func TestFunctionReconciler(t *testing.T) {
 		if err := c.Status().Update(ctx, d); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
-		if f := getFn(); f.Status.Phase == slessv1.PhaseReady {
+		// A reconcile that sees this rollout state (the cache has it) must not say Ready.
+		waitCached(t, r, d)
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			t.Fatal(err)
+		}
+		if f := getFn(); f.Status.Phase == apiv1.PhaseReady {
 			t.Errorf("Ready while the old pod still serves: %+v", f.Status)
 		}
 		markAvailable()
-		eventually(t, "Ready once rolled out", func() bool { return getFn().Status.Phase == slessv1.PhaseReady })
+		eventually(t, "Ready once rolled out", func() bool { return getFn().Status.Phase == apiv1.PhaseReady })
 	})
 	t.Run("a rollout past its progress deadline reports StartFailed", func(t *testing.T) {
 		d := getDep()
@@ -179,10 +186,10 @@ func TestFunctionReconciler(t *testing.T) {
 		}
 		eventually(t, "StartFailed", func() bool {
 			f := getFn()
-			return f.Status.Phase == slessv1.PhaseFailed && strings.Contains(f.Status.Message, "timed out progressing")
+			return f.Status.Phase == apiv1.PhaseFailed && strings.Contains(f.Status.Message, "timed out progressing")
 		})
 		markAvailable()
-		eventually(t, "Ready once it recovers", func() bool { return getFn().Status.Phase == slessv1.PhaseReady })
+		eventually(t, "Ready once it recovers", func() bool { return getFn().Status.Phase == apiv1.PhaseReady })
 	})
 	t.Run("an owned deployment deleted is restored", func(t *testing.T) {
 		if err := c.Delete(ctx, getDep()); err != nil {
@@ -207,17 +214,23 @@ func TestFunctionReconciler(t *testing.T) {
 		var f slessv1.Function
 		eventually(t, "Failed", func() bool {
 			c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "broken"}, &f)
-			return f.Status.Phase == slessv1.PhaseFailed && f.Annotations["sless.dev/failed-for"] != ""
+			return f.Status.Phase == apiv1.PhaseFailed && f.Status.FailedBuildKey != ""
 		})
 		if !strings.Contains(f.Status.Message, "unsafe path") {
 			t.Errorf("message %q", f.Status.Message)
 		}
 		eventFor(t, "broken", corev1.EventTypeWarning, "BuildFailed", "unsafe path")
-		rv := f.ResourceVersion
-		time.Sleep(time.Second)
+		// Any event reconciles it again: that must neither build nor write (the failure latched).
+		rv, builds := f.ResourceVersion, e.builds.Load()
+		waitCached(t, r, &f)
+		for range 3 {
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "broken"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "broken"}, &f)
-		if f.ResourceVersion != rv {
-			t.Errorf("the failed function keeps being written (%s → %s)", rv, f.ResourceVersion)
+		if f.ResourceVersion != rv || e.builds.Load() != builds {
+			t.Errorf("the failed function is built again: resourceVersion %s → %s, builds %d → %d", rv, f.ResourceVersion, builds, e.builds.Load())
 		}
 	})
 	t.Run("delete cleans code and image", func(t *testing.T) {
@@ -230,7 +243,7 @@ func TestFunctionReconciler(t *testing.T) {
 			return apierrors.IsNotFound(c.Get(ctx, key, &f))
 		})
 		for _, sum := range []string{sum1} {
-			if ok, _ := code.Exists(ctx, api.CodeKey(ns, "hello", sum)); ok {
+			if ok, _ := code.Exists(ctx, codestore.Key(ns, "hello", sum)); ok {
 				t.Error("stored code left")
 			}
 		}
@@ -245,6 +258,21 @@ func TestFunctionReconciler(t *testing.T) {
 	})
 }
 
+// waitCached waits until the reconciler's cache holds obj as it is (or newer): a reconcile called
+// after it sees what the test wrote.
+func waitCached(t *testing.T, r *controllers.FunctionReconciler, obj client.Object) {
+	t.Helper()
+	want, _ := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
+	eventually(t, "the cache to hold "+obj.GetName(), func() bool {
+		cur := obj.DeepCopyObject().(client.Object)
+		if err := r.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), cur); err != nil {
+			return false
+		}
+		got, _ := strconv.ParseUint(cur.GetResourceVersion(), 10, 64)
+		return got >= want
+	})
+}
+
 func controllersHasFinalizer(f *slessv1.Function) bool {
 	for _, x := range f.Finalizers {
 		if x == controllers.Finalizer {
@@ -252,4 +280,50 @@ func controllersHasFinalizer(f *slessv1.Function) bool {
 		}
 	}
 	return false
+}
+
+// A Function built by an operator before the shared build pipeline kept its build identity in an
+// annotation (code, runtime digest and entrypoint, each shortened): the new operator takes it over
+// without building again or rolling the Deployment, and drops the annotation.
+func TestAdoptsFunctionsOfAnEarlierOperator(t *testing.T) {
+	e := newFnEnv(t, "sless-00000000000000ad")
+	ctx := context.Background()
+	_, stop := e.start(nil)
+	sum := e.upload("old", map[string]string{"handler.py": "def handle(e):\n    return 'old'\n"})
+	e.create("old", sum)
+	eventually(t, "the deployment", func() bool { return e.deployment("old") != nil })
+	d := e.deployment("old")
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+	if err := e.c.Status().Update(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Ready", func() bool { return e.fn("old").Status.Phase == apiv1.PhaseReady })
+	stop()
+
+	// What the earlier operator left: the annotation, and a status without the build's key.
+	f := e.fn("old")
+	image := f.Status.Image
+	_, digest, _ := strings.Cut(e.runtime, "@sha256:")
+	f.Annotations = map[string]string{"sless.dev/built-for": sum[:12] + "." + digest[:12] + ".handler.handle"}
+	if err := e.c.Update(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	f.Status.Build = &slessv1.BuildStatus{DurationMS: 12}
+	if err := e.c.Status().Update(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	depVersion, builds := e.deployment("old").ResourceVersion, e.builds.Load()
+
+	e.start(nil)
+	eventually(t, "the build identity in the status", func() bool {
+		f := e.fn("old")
+		return f.Status.Build != nil && f.Status.Build.Key != "" && f.Annotations["sless.dev/built-for"] == ""
+	})
+	f = e.fn("old")
+	if f.Status.Image != image || f.Status.Phase != apiv1.PhaseReady || e.builds.Load() != builds {
+		t.Errorf("adopted as %+v after %d builds (image was %s): nothing should have been built", f.Status, e.builds.Load()-builds, image)
+	}
+	if d := e.deployment("old"); d.ResourceVersion != depVersion || d.Spec.Template.Spec.Containers[0].Image != image {
+		t.Errorf("the Deployment changed (%s → %s, image %s)", depVersion, d.ResourceVersion, d.Spec.Template.Spec.Containers[0].Image)
+	}
 }

@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"bytes"
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/sless-dev/sless/api"
-	"github.com/sless-dev/sless/api/codestore"
+	"github.com/sless-dev/sless/build"
+	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/kubetest"
 	"github.com/sless-dev/sless/internal/testenv"
 	"github.com/sless-dev/sless/oci"
@@ -32,10 +33,19 @@ type fnEnv struct {
 	env     *kubetest.Env
 	c       client.Client
 	reg     string
-	code    api.CodeStore
+	code    codestore.Store
 	codeDir string
 	ns      string
 	runtime string
+	// builds counts the builds the reconcilers finished (succeeded or failed).
+	builds atomic.Int64
+}
+
+// startConfig is what a test may change before a reconciler starts.
+type startConfig struct {
+	builder  []oci.Option
+	pipeline []build.Option
+	deps     *controllers.DepsConfig
 }
 
 func newFnEnv(t *testing.T, ns string) *fnEnv {
@@ -51,16 +61,25 @@ func newFnEnv(t *testing.T, ns string) *fnEnv {
 }
 
 // start runs a manager with a Function reconciler until the returned stop is called (or the test
-// ends); configure adjusts the reconciler before it starts.
-func (e *fnEnv) start(configure func(*controllers.FunctionReconciler)) (*controllers.FunctionReconciler, func()) {
+// ends); configure adjusts what it is made of before it starts.
+func (e *fnEnv) start(configure func(*startConfig)) (*controllers.FunctionReconciler, func()) {
 	t := e.t
 	t.Helper()
-	b, _ := oci.NewBuilder()
-	r := &controllers.FunctionReconciler{Builder: b, Code: e.code, Registry: e.reg, PublicURL: "http://api.test",
-		Runtimes: map[string]string{"python3.11": e.runtime}, Builds: make(chan struct{}, 2), BuildTimeout: time.Minute}
+	var sc startConfig
 	if configure != nil {
-		configure(r)
+		configure(&sc)
 	}
+	b, err := oci.NewBuilder(sc.builder...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := append([]build.Option{build.WithRegistry(e.reg), build.WithRuntimes(map[string]string{"python3.11": e.runtime}),
+		build.WithObserver(func(string, time.Duration) { e.builds.Add(1) })}, sc.pipeline...)
+	pipeline, err := build.New(e.code, b, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &controllers.FunctionReconciler{Pipeline: pipeline, Code: e.code, PublicURL: "http://api.test", Deps: sc.deps}
 	mgr, err := ctrl.NewManager(e.env.Config, ctrl.Options{Scheme: e.env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0", // Several managers run the same controllers in one test binary (and a restart test two in turn).
 		Controller:             config.Controller{SkipNameValidation: &skipNameValidation}})
@@ -84,7 +103,7 @@ var skipNameValidation = true
 func (e *fnEnv) upload(fn string, files map[string]string) string {
 	e.t.Helper()
 	z, sum := zipBytes(files)
-	if err := e.code.Put(context.Background(), api.CodeKey(e.ns, fn, sum), bytes.NewReader(z), int64(len(z))); err != nil {
+	if err := e.code.Put(context.Background(), codestore.Key(e.ns, fn, sum), bytes.NewReader(z), int64(len(z))); err != nil {
 		e.t.Fatal(err)
 	}
 	return sum

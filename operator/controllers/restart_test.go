@@ -9,9 +9,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/oci"
-	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
-	"github.com/sless-dev/sless/operator/controllers"
 )
 
 // stallManifests lets a push upload its blobs and then hangs the manifest PUT until the request
@@ -36,17 +35,15 @@ func (s *stallManifests) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestOperatorRestartedMidBuildConverges(t *testing.T) {
 	e := newFnEnv(t, "sless-00000000000000ab")
 	stall := &stallManifests{reached: make(chan struct{})}
-	_, stop := e.start(func(r *controllers.FunctionReconciler) {
-		r.Builder, _ = oci.NewBuilder(oci.WithTransport(stall))
-	})
+	_, stop := e.start(func(c *startConfig) { c.builder = append(c.builder, oci.WithTransport(stall)) })
 	sum := e.upload("hello", map[string]string{"handler.py": "def handle(e):\n    return 'again'\n"})
 	e.create("hello", sum)
 	<-stall.reached
-	if f := e.fn("hello"); f.Status.Phase != slessv1.PhaseBuilding || f.Status.Image != "" {
+	if f := e.fn("hello"); f.Status.Phase != apiv1.PhaseBuilding || f.Status.Image != "" {
 		t.Fatalf("mid-build status %+v", f.Status)
 	}
 	stop()
-	if f := e.fn("hello"); f.Status.Phase != slessv1.PhaseBuilding || e.deployment("hello") != nil {
+	if f := e.fn("hello"); f.Status.Phase != apiv1.PhaseBuilding || e.deployment("hello") != nil {
 		t.Fatalf("after the stop: status %+v", f.Status)
 	}
 

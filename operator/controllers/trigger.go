@@ -21,6 +21,7 @@ import (
 
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/resources"
+	"github.com/sless-dev/sless/runspec"
 )
 
 // TriggerReconciler gives http triggers their URL and runs cron triggers as CronJobs. Replicas are
@@ -50,7 +51,7 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	tr.Status.ObservedGeneration = tr.Generation
 	tr.Status.Active = enabled
 	if tr.Spec.Type == apiv1.TriggerHTTP {
-		tr.Status.URL = strings.TrimRight(r.PublicURL, "/") + "/fn/" + tr.Namespace + "/" + tr.Spec.FunctionRef
+		tr.Status.URL = runspec.FunctionURL(r.PublicURL, tr.Namespace, tr.Spec.FunctionRef)
 	} else {
 		var fn slessv1.Function
 		err := r.Get(ctx, client.ObjectKey{Namespace: tr.Namespace, Name: tr.Spec.FunctionRef}, &fn)

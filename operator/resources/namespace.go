@@ -6,6 +6,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/sless-dev/sless/runspec"
 )
 
 // TenantConfig is what every tenant namespace gets.
@@ -29,11 +31,11 @@ func TenantObjects(ns string, c TenantConfig) (*corev1.Namespace, []any) {
 	labels := map[string]string{
 		"pod-security.kubernetes.io/enforce": "restricted",
 		"pod-security.kubernetes.io/warn":    "restricted",
-		LabelManaged:                         ManagedBy,
+		runspec.LabelManagedBy:               runspec.ManagedBy,
 	}
 	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}
 	meta := func(name string) metav1.ObjectMeta {
-		return metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{LabelManaged: ManagedBy}}
+		return metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{runspec.LabelManagedBy: runspec.ManagedBy}}
 	}
 	mem := c.MemoryQuota
 	if mem == "" {
@@ -73,7 +75,7 @@ func TenantObjects(ns string, c TenantConfig) (*corev1.Namespace, []any) {
 		depsEgress = []networkingv1.NetworkPolicyEgressRule{{To: depsPeers}}
 	}
 	depsPolicy := &networkingv1.NetworkPolicy{ObjectMeta: meta("sless-deps-egress"), Spec: networkingv1.NetworkPolicySpec{
-		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelRole: "deps"}},
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{runspec.LabelRole: string(runspec.RoleDeps)}},
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
 		Egress:      depsEgress,
 	}}

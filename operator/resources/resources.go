@@ -6,8 +6,8 @@ package resources
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -17,25 +17,38 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
+	"github.com/sless-dev/sless/runspec"
 )
 
-// Names and labels.
-const (
-	LabelFunction = "sless.dev/function"
-	LabelRole     = "sless.dev/role" // function, job, cron, deps
-	LabelManaged  = "app.kubernetes.io/managed-by"
-	ManagedBy     = "sless-operator"
-	// PullSecret is the registry pull secret every pod references (created by namespace ensure).
-	PullSecret = "sless-registry"
-	// Port is where every runtime listens in a pod.
-	Port = 8080
-	// FunctionUID is the numeric user the images declare (runAsNonRoot can check it).
-	FunctionUID = 65532
-)
+// PullSecret is the registry pull secret every pod references (created by namespace ensure).
+const PullSecret = "sless-registry"
 
-// Labels of a function's pods.
-func Labels(fn, role string) map[string]string {
-	return map[string]string{LabelFunction: fn, LabelRole: role, LabelManaged: ManagedBy}
+// Labels of a function's objects and pods in role r: runspec's, and managed-by the operator.
+func Labels(fn string, r runspec.Role) map[string]string {
+	l := runspec.Labels(fn, r)
+	l[runspec.LabelManagedBy] = runspec.ManagedBy
+	return l
+}
+
+// selector picks a function's pods in role r (without the managed-by label, so that selectors
+// stay what they were when Deployments were first made: a selector is immutable).
+func selector(fn string, r runspec.Role) map[string]string { return runspec.Labels(fn, r) }
+
+// env converts runspec's variables.
+func env(vars []runspec.EnvVar) []corev1.EnvVar {
+	out := make([]corev1.EnvVar, len(vars))
+	for i, v := range vars {
+		out[i] = corev1.EnvVar{Name: v.Name, Value: v.Value}
+	}
+	return out
+}
+
+func instance(fn *slessv1.Function) runspec.Instance {
+	vars := map[string]string{}
+	for _, e := range fn.Spec.Env {
+		vars[e.Name] = e.Value
+	}
+	return runspec.Instance{EnvVars: vars, TimeoutSec: int(fn.Spec.TimeoutSec)}
 }
 
 func ownerRef(obj metav1.Object, kind string) []metav1.OwnerReference {
@@ -47,8 +60,8 @@ func ownerRef(obj metav1.Object, kind string) []metav1.OwnerReference {
 // restricted is the pod-security "restricted" profile: non-root, no privilege escalation, no
 // capabilities, RuntimeDefault seccomp, read-only root filesystem (a small /tmp is mounted).
 func restrictedPod(spec *corev1.PodSpec) {
-	nonRoot, uid, no := true, int64(FunctionUID), false
-	spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: &nonRoot, RunAsUser: &uid, RunAsGroup: &uid,
+	nonRoot, uid, gid, no := true, int64(runspec.UID), int64(runspec.GID), false
+	spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: &nonRoot, RunAsUser: &uid, RunAsGroup: &gid,
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
 	spec.AutomountServiceAccountToken = &no
 	spec.EnableServiceLinks = &no
@@ -68,18 +81,6 @@ func restrictedContainer(c *corev1.Container) {
 	c.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
 		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"})
-}
-
-// functionEnv is what a function container gets at run time: the user's env vars and the
-// platform's settings (never baked into the image).
-func functionEnv(fn *slessv1.Function) []corev1.EnvVar {
-	env := append([]corev1.EnvVar{}, fn.Spec.Env...)
-	timeout := max(fn.Spec.TimeoutSec, 1)
-	return append(env,
-		corev1.EnvVar{Name: "PORT", Value: strconv.Itoa(Port)},
-		corev1.EnvVar{Name: "TIMEOUT_SEC", Value: strconv.Itoa(int(timeout))},
-		corev1.EnvVar{Name: "GRACE_SEC", Value: strconv.Itoa(int(timeout) + 2)},
-	)
 }
 
 func memory(fn *slessv1.Function) corev1.ResourceRequirements {
@@ -106,18 +107,18 @@ var progressDeadline = int32(ProgressDeadline)
 // MakeDeployment is a function's Deployment: its image pinned by digest, replicas as the Function
 // reconciler decides (0 when its http triggers are all disabled), ready when /health answers.
 func MakeDeployment(fn *slessv1.Function, image string, replicas int32) *appsv1.Deployment {
-	labels := Labels(fn.Name, "function")
-	grace := int64(max(fn.Spec.TimeoutSec, 1) + 5 + preStopSleep)
+	labels := Labels(fn.Name, runspec.RoleFunction)
+	grace := int64(runspec.GraceSec(int(fn.Spec.TimeoutSec)) + 3 + preStopSleep)
 	pod := corev1.PodSpec{
 		TerminationGracePeriodSeconds: &grace,
 		Containers: []corev1.Container{{
 			Name:      "function",
 			Image:     image,
-			Ports:     []corev1.ContainerPort{{Name: "http", ContainerPort: Port}},
-			Env:       functionEnv(fn),
+			Ports:     []corev1.ContainerPort{{Name: "http", ContainerPort: runspec.Port}},
+			Env:       env(runspec.Env(instance(fn))),
 			Resources: memory(fn),
 			ReadinessProbe: &corev1.Probe{
-				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromInt32(Port)}},
+				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: runspec.HealthPath, Port: intstr.FromInt32(runspec.Port)}},
 				PeriodSeconds: 1, FailureThreshold: 3,
 			},
 			// A terminating pod keeps serving while its endpoint is withdrawn (kube-proxy and the
@@ -132,7 +133,7 @@ func MakeDeployment(fn *slessv1.Function, image string, replicas int32) *appsv1.
 		Spec: appsv1.DeploymentSpec{
 			Replicas:                &replicas,
 			ProgressDeadlineSeconds: &progressDeadline,
-			Selector:                &metav1.LabelSelector{MatchLabels: map[string]string{LabelFunction: fn.Name, LabelRole: "function"}},
+			Selector:                &metav1.LabelSelector{MatchLabels: selector(fn.Name, runspec.RoleFunction)},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
 				MaxUnavailable: ptrIntStr(intstr.FromInt32(0)), MaxSurge: ptrIntStr(intstr.FromInt32(1))}},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod},
@@ -143,21 +144,20 @@ func MakeDeployment(fn *slessv1.Function, image string, replicas int32) *appsv1.
 // MakeService is a function's Service (port 80 → the runtime's 8080).
 func MakeService(fn *slessv1.Function) *corev1.Service {
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: ServiceName(fn.Name), Namespace: fn.Namespace, Labels: Labels(fn.Name, "function"), OwnerReferences: ownerRef(fn, "Function")},
+		ObjectMeta: metav1.ObjectMeta{Name: ServiceName(fn.Name), Namespace: fn.Namespace, Labels: Labels(fn.Name, runspec.RoleFunction), OwnerReferences: ownerRef(fn, "Function")},
 		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{LabelFunction: fn.Name, LabelRole: "function"},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(Port)}},
+			Selector: selector(fn.Name, runspec.RoleFunction),
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(runspec.Port)}},
 		},
 	}
 }
 
 // jobPod runs the function image once in job mode with the event.
-func jobPod(fn *slessv1.Function, image, eventJSON string, role string) corev1.PodTemplateSpec {
-	env := append(functionEnv(fn), corev1.EnvVar{Name: "JOB_MODE", Value: "1"}, corev1.EnvVar{Name: "EVENT_JSON", Value: eventJSON})
+func jobPod(fn *slessv1.Function, image, eventJSON string, role runspec.Role, extra ...corev1.EnvVar) corev1.PodTemplateSpec {
 	pod := corev1.PodSpec{
 		RestartPolicy: corev1.RestartPolicyNever,
 		Containers: []corev1.Container{{
-			Name: "function", Image: image, Env: env, Resources: memory(fn),
+			Name: "function", Image: image, Env: append(env(runspec.JobEnv(instance(fn), eventJSON)), extra...), Resources: memory(fn),
 			// Job mode writes its result (≤ 4 KiB) here; the operator reads it as the message.
 			TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
@@ -176,27 +176,29 @@ func JobName(fj *slessv1.FunctionJob, runID int64) string {
 func MakeJob(fj *slessv1.FunctionJob, fn *slessv1.Function, image string) *batchv1.Job {
 	backoff := int32(0)
 	deadline := int64(max(fn.Spec.TimeoutSec, 1) + 60)
-	event := fj.Spec.EventJSON
-	if event == "" {
-		event = "{}"
-	}
 	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: JobName(fj, fj.Spec.RunID), Namespace: fj.Namespace, Labels: Labels(fn.Name, "job"),
+		ObjectMeta: metav1.ObjectMeta{Name: JobName(fj, fj.Spec.RunID), Namespace: fj.Namespace, Labels: Labels(fn.Name, runspec.RoleJob),
 			OwnerReferences: ownerRef(fj, "FunctionJob")},
-		Spec: batchv1.JobSpec{BackoffLimit: &backoff, ActiveDeadlineSeconds: &deadline, Template: jobPod(fn, image, event, "job")},
+		Spec: batchv1.JobSpec{BackoffLimit: &backoff, ActiveDeadlineSeconds: &deadline, Template: jobPod(fn, image, fj.Spec.EventJSON, runspec.RoleJob)},
 	}
 }
 
-// MakeCronJob runs a function on a cron Trigger's schedule. The event names the source and the
-// trigger; the scheduled time is the Job's creation (the runtime fills scheduled_time when absent).
+// jobNameLabel is the label the Job controller puts on a Job's pods with the Job's name.
+const jobNameLabel = "batch.kubernetes.io/job-name"
+
+// MakeCronJob runs a function on a cron Trigger's schedule. A CronJob's template is the same for
+// every run, so the event it carries has no scheduled_time: the pod gets the name of its Job,
+// which the CronJob controller derives from the scheduled time, and the runtime fills
+// scheduled_time from it (runspec.EnvCronJob).
 func MakeCronJob(tr *slessv1.Trigger, fn *slessv1.Function, image string) *batchv1.CronJob {
 	backoff := int32(0)
 	deadline := int64(60)
 	suspend := tr.Spec.Enabled != nil && !*tr.Spec.Enabled
 	history := int32(3)
-	event := fmt.Sprintf(`{"source":"cron","trigger":%q}`, tr.Name)
+	jobName := corev1.EnvVar{Name: runspec.EnvCronJob, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+		FieldPath: "metadata.labels['" + jobNameLabel + "']"}}}
 	return &batchv1.CronJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "cron-" + tr.Name, Namespace: tr.Namespace, Labels: Labels(fn.Name, "cron"), OwnerReferences: ownerRef(tr, "Trigger")},
+		ObjectMeta: metav1.ObjectMeta{Name: CronJobName(tr.Name), Namespace: tr.Namespace, Labels: Labels(fn.Name, runspec.RoleCron), OwnerReferences: ownerRef(tr, "Trigger")},
 		Spec: batchv1.CronJobSpec{
 			Schedule:                   tr.Spec.Schedule,
 			ConcurrencyPolicy:          batchv1.ForbidConcurrent,
@@ -205,9 +207,16 @@ func MakeCronJob(tr *slessv1.Trigger, fn *slessv1.Function, image string) *batch
 			SuccessfulJobsHistoryLimit: &history,
 			FailedJobsHistoryLimit:     &history,
 			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{BackoffLimit: &backoff,
-				Template: jobPod(fn, image, event, "cron")}},
+				Template: jobPod(fn, image, runspec.CronEvent(tr.Name, time.Time{}), runspec.RoleCron, jobName)}},
 		},
 	}
+}
+
+// CronJobName of a cron trigger. The CronJob controller appends "-<11 digits>" to it for each Job,
+// and a Job's name becomes a pod label of at most 63 characters: it is cut to 52.
+func CronJobName(trigger string) string {
+	n := "cron-" + trigger
+	return strings.TrimRight(n[:min(len(n), 52)], "-")
 }
 
 // DepsJob describes a dependency install: the runtime image runs the installer into a shared
@@ -234,7 +243,7 @@ const dockerConfigDir = "/etc/sless/docker"
 func MakeDepsJob(d DepsJob) (*batchv1.Job, *corev1.ConfigMap) {
 	backoff := int32(0)
 	deadline := int64(900)
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: Labels(d.Function, "deps")}, Data: d.Manifests}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: Labels(d.Function, runspec.RoleDeps)}, Data: d.Manifests}
 	// Temp files go to /work, not /tmp: pip unpacks a whole install there and the push step
 	// spools the layer, both far beyond the 64 MiB /tmp of a restricted pod.
 	env := []corev1.EnvVar{{Name: "TMPDIR", Value: "/work"}}
@@ -273,9 +282,9 @@ func MakeDepsJob(d DepsJob) (*batchv1.Job, *corev1.ConfigMap) {
 	}
 	restrictedPod(&pod)
 	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: Labels(d.Function, "deps")},
+		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: Labels(d.Function, runspec.RoleDeps)},
 		Spec: batchv1.JobSpec{BackoffLimit: &backoff, ActiveDeadlineSeconds: &deadline,
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: Labels(d.Function, "deps")}, Spec: pod}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: Labels(d.Function, runspec.RoleDeps)}, Spec: pod}},
 	}
 	return job, cm
 }

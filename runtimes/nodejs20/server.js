@@ -163,11 +163,24 @@ function writeTermination(text) {
   } catch { /* not on Kubernetes, or not writable: stdout carries the result anyway */ }
 }
 
+// A cron run on Kubernetes: the CronJob's template cannot carry the scheduled time, but the name of
+// the Job made for this run (SLESS_CRON_JOB, "<cronjob>-<minutes since the epoch>") does.
+function cronScheduledTime(event) {
+  const job = process.env.SLESS_CRON_JOB || '';
+  if (!event || typeof event !== 'object' || Array.isArray(event) || event.source !== 'cron' || 'scheduled_time' in event) return event;
+  const i = job.lastIndexOf('-');
+  const minutes = job.slice(i + 1);
+  if (i >= 0 && /^[0-9]+$/.test(minutes) && Number(minutes) > 0) {
+    event.scheduled_time = new Date(Number(minutes) * 60000).toISOString().replace('.000Z', 'Z');
+  }
+  return event;
+}
+
 // Job mode: call the handler once with EVENT_JSON (the event itself), print the result, exit.
 async function jobMode(handler) {
   let event;
   try {
-    event = JSON.parse(process.env.EVENT_JSON || '{}');
+    event = cronScheduledTime(JSON.parse(process.env.EVENT_JSON || '{}'));
   } catch (e) {
     process.stderr.write(`sless: EVENT_JSON is not valid JSON: ${e.message}\n`);
     writeTermination(JSON.stringify({ error: `EVENT_JSON is not valid JSON: ${e.message}` }));

@@ -287,10 +287,23 @@ def write_termination(text):
         pass  # not on Kubernetes, or not writable: stdout carries the result anyway
 
 
+def cron_scheduled_time(event):
+    """A cron run on Kubernetes: the CronJob's template cannot carry the scheduled time, but the
+    name of the Job made for this run (SLESS_CRON_JOB, "<cronjob>-<minutes since the epoch>") does."""
+    job = os.environ.get("SLESS_CRON_JOB") or ""
+    if not isinstance(event, dict) or event.get("source") != "cron" or "scheduled_time" in event:
+        return event
+    minutes = job.rsplit("-", 1)[-1]
+    if "-" in job and minutes.isdigit() and int(minutes) > 0:
+        t = time.gmtime(int(minutes) * 60)
+        event["scheduled_time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", t)
+    return event
+
+
 def job_mode():
     """Calls the handler once with EVENT_JSON (the event itself) and exits: FunctionJob and cron."""
     try:
-        event = json.loads(os.environ.get("EVENT_JSON") or "{}")
+        event = cron_scheduled_time(json.loads(os.environ.get("EVENT_JSON") or "{}"))
     except ValueError as e:
         print(f"sless: EVENT_JSON is not valid JSON: {e}", file=sys.stderr)
         write_termination(json.dumps({"error": f"EVENT_JSON is not valid JSON: {e}"}))

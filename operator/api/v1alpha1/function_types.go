@@ -3,6 +3,8 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sless-dev/sless/api/apiv1"
 )
 
 // FunctionSpec is what the user asks for.
@@ -38,8 +40,11 @@ type FunctionSpec struct {
 	Env []corev1.EnvVar `json:"env,omitempty"`
 }
 
-// BuildStatus describes the last build.
+// BuildStatus describes the build of the current image.
 type BuildStatus struct {
+	// Key is the build's identity (package build): the image is rebuilt when it changes.
+	// +optional
+	Key        string `json:"key,omitempty"`
 	DurationMS int64  `json:"durationMS,omitempty"`
 	DepsKey    string `json:"depsKey,omitempty"`
 	DepsCached bool   `json:"depsCached,omitempty"`
@@ -49,7 +54,7 @@ type BuildStatus struct {
 type FunctionStatus struct {
 	// Phase is the seed's summary: Pending, Building, Ready or Failed.
 	// +optional
-	Phase string `json:"phase,omitempty"`
+	Phase apiv1.Phase `json:"phase,omitempty"`
 	// Image is the function image by digest.
 	// +optional
 	Image string `json:"image,omitempty"`
@@ -65,9 +70,13 @@ type FunctionStatus struct {
 	// LastBuiltAt is when the image was built.
 	// +optional
 	LastBuiltAt *metav1.Time `json:"lastBuiltAt,omitempty"`
-	// Build describes the last build.
+	// Build describes the build of the current image.
 	// +optional
 	Build *BuildStatus `json:"build,omitempty"`
+	// FailedBuildKey is the key of a build that failed through the function's own fault: it is not
+	// retried until the key changes (new code, runtime or entrypoint).
+	// +optional
+	FailedBuildKey string `json:"failedBuildKey,omitempty"`
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

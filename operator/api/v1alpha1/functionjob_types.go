@@ -1,6 +1,10 @@
 package v1alpha1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sless-dev/sless/api/apiv1"
+)
 
 // FunctionJobSpec runs a function once: RunID 0 never runs; a RunID above status.lastRunID runs again.
 type FunctionJobSpec struct {
@@ -20,11 +24,11 @@ type FunctionJobSpec struct {
 // FunctionJobStatus is the last run.
 type FunctionJobStatus struct {
 	// Phase: Pending, Skipped, Running, Succeeded or Failed.
-	Phase          string       `json:"phase,omitempty"`
-	JobName        string       `json:"jobName,omitempty"`
-	LastRunID      int64        `json:"lastRunID,omitempty"`
-	StartTime      *metav1.Time `json:"startTime,omitempty"`
-	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	Phase          apiv1.JobPhase `json:"phase,omitempty"`
+	JobName        string         `json:"jobName,omitempty"`
+	LastRunID      int64          `json:"lastRunID,omitempty"`
+	StartTime      *metav1.Time   `json:"startTime,omitempty"`
+	CompletionTime *metav1.Time   `json:"completionTime,omitempty"`
 	// Message is the run's result (the handler's JSON, from the pod's termination message) or error.
 	Message            string `json:"message,omitempty"`
 	ObservedGeneration int64  `json:"observedGeneration,omitempty"`

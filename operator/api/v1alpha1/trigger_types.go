@@ -1,6 +1,10 @@
 package v1alpha1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sless-dev/sless/api/apiv1"
+)
 
 // TriggerSpec: an http trigger exposes the function; a cron trigger runs it on a schedule. Only
 // Enabled changes after creation.
@@ -10,7 +14,7 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 type TriggerSpec struct {
 	// +kubebuilder:validation:Enum=http;cron
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="type is immutable"
-	Type string `json:"type"`
+	Type apiv1.TriggerType `json:"type"`
 	// FunctionRef names a Function in the same namespace.
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:MaxLength=63

@@ -13,6 +13,7 @@ function respond(event) {
 
 exports.handle = async (event) => {
   if (event.path === '/slow') {
+    process.stderr.write('slow: started\n');
     await sleep(parseFloat((event.query.s || ['5'])[0]));
     return { slept: true };
   }
@@ -27,3 +28,5 @@ exports.job = (event) => ({ sum: event.input.reduce((a, b) => a + b, 0) });
 exports.jobFail = () => {
   throw new Error('job failed on purpose');
 };
+
+exports.echoEvent = (event) => event;

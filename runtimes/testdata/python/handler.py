@@ -1,4 +1,5 @@
 import asyncio
+import sys
 import time
 
 
@@ -15,6 +16,7 @@ def handle(event):
     if p == "/raise":
         raise ValueError("boom")
     if p == "/slow":
+        print("slow: started", file=sys.stderr, flush=True)
         time.sleep(float(event["query"].get("s", ["5"])[0]))
         return {"slept": True}
     if p == "/binary":
@@ -24,6 +26,7 @@ def handle(event):
 
 async def handle_async(event):
     if event["path"] == "/slow":
+        print("slow: started", file=sys.stderr, flush=True)
         await asyncio.sleep(float(event["query"].get("s", ["5"])[0]))
         return {"slept": True}
     await asyncio.sleep(0)
@@ -36,3 +39,7 @@ def job(event):
 
 def job_fail(event):
     raise RuntimeError("job failed on purpose")
+
+
+def echo_event(event):
+    return event

@@ -1,5 +1,3 @@
-// Package codestore keeps uploaded code archives: on S3 (any S3-compatible server, through
-// aws-sdk-go-v2) or in a local directory. Both implement api.CodeStore.
 package codestore
 
 import (
@@ -12,14 +10,12 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-
-	"github.com/sless-dev/sless/api"
 )
 
 // Dir stores each key as a file under a root directory.
 type Dir struct{ root string }
 
-var _ api.CodeStore = (*Dir)(nil)
+var _ Store = (*Dir)(nil)
 
 // NewDir uses (and creates) root.
 func NewDir(root string) (*Dir, error) {
@@ -80,7 +76,7 @@ func (d *Dir) Get(_ context.Context, key string) (io.ReadCloser, error) {
 	}
 	f, err := os.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w", key, api.ErrNotFound)
+		return nil, fmt.Errorf("%s: %w", key, ErrNotFound)
 	}
 	return f, err
 }

@@ -8,19 +8,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sless-dev/sless/api"
-	"github.com/sless-dev/sless/api/codestore"
+	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
-// contract is what every api.CodeStore must do.
-func contract(t *testing.T, s api.CodeStore) {
+// contract is what every Store must do.
+func contract(t *testing.T, s codestore.Store) {
 	ctx := context.Background()
-	key := api.CodeKey("sless-0123456789abcdef", "hello", strings.Repeat("a", 64))
+	key := codestore.Key("sless-0123456789abcdef", "hello", strings.Repeat("a", 64))
 	if ok, err := s.Exists(ctx, key); err != nil || ok {
 		t.Fatalf("Exists before Put: %v %v", ok, err)
 	}
-	if _, err := s.Get(ctx, key); !errors.Is(err, api.ErrNotFound) {
+	if _, err := s.Get(ctx, key); !errors.Is(err, codestore.ErrNotFound) {
 		t.Fatalf("Get before Put: %v, want ErrNotFound", err)
 	}
 	body := bytes.Repeat([]byte("zip bytes "), 1000)
@@ -39,11 +38,11 @@ func contract(t *testing.T, s api.CodeStore) {
 	if !bytes.Equal(got, body) {
 		t.Fatalf("Get returned %d bytes, want %d", len(got), len(body))
 	}
-	other := api.CodeKey("sless-0123456789abcdef", "hello2", strings.Repeat("b", 64))
+	other := codestore.Key("sless-0123456789abcdef", "hello2", strings.Repeat("b", 64))
 	s.Put(ctx, other, strings.NewReader("x"), 1)
-	second := api.CodeKey("sless-0123456789abcdef", "hello", strings.Repeat("c", 64))
+	second := codestore.Key("sless-0123456789abcdef", "hello", strings.Repeat("c", 64))
 	s.Put(ctx, second, strings.NewReader("y"), 1)
-	if err := s.DeletePrefix(ctx, api.CodePrefix("sless-0123456789abcdef", "hello")); err != nil {
+	if err := s.DeletePrefix(ctx, codestore.Prefix("sless-0123456789abcdef", "hello")); err != nil {
 		t.Fatal(err)
 	}
 	for k, want := range map[string]bool{key: false, second: false, other: true} {

@@ -11,8 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-
-	"github.com/sless-dev/sless/api"
 )
 
 // S3Config says where the bucket is.
@@ -36,7 +34,7 @@ type S3 struct {
 	bucket string
 }
 
-var _ api.CodeStore = (*S3)(nil)
+var _ Store = (*S3)(nil)
 
 // NewS3 makes the client; it does not contact the server.
 func NewS3(ctx context.Context, c S3Config) (*S3, error) {
@@ -94,7 +92,7 @@ func (s *S3) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err != nil {
 		var nsk *types.NoSuchKey
 		if errors.As(err, &nsk) {
-			return nil, fmt.Errorf("s3://%s/%s: %w", s.bucket, key, api.ErrNotFound)
+			return nil, fmt.Errorf("s3://%s/%s: %w", s.bucket, key, ErrNotFound)
 		}
 		return nil, fmt.Errorf("getting s3://%s/%s: %w", s.bucket, key, err)
 	}

@@ -1,4 +1,4 @@
-package local
+package state
 
 import (
 	"context"
@@ -14,11 +14,13 @@ import (
 	"github.com/sless-dev/sless/api/apiv1"
 )
 
-const keepInvocations = 1000
+// KeepInvocations is how many records are kept per function.
+const KeepInvocations = 1000
 
-// invocations serves from the in-memory ring and writes new records to bbolt once a second in one
-// transaction: a commit (an fsync) per request would cap the proxy at the disk's sync rate.
-type invocations struct {
+// Invocations serves from an in-memory ring and writes new records to bbolt once a second in one
+// transaction (FlushLoop): a commit (an fsync) per request would cap the proxy at the disk's sync
+// rate.
+type Invocations struct {
 	ring    *api.InvocationRing
 	db      *bolt.DB
 	mu      sync.Mutex
@@ -31,11 +33,11 @@ type pendingInvocation struct {
 	inv      apiv1.Invocation
 }
 
-var _ api.Invocations = (*invocations)(nil)
+var _ api.Invocations = (*Invocations)(nil)
 
 // loadInvocations fills the ring from what the last run persisted.
-func loadInvocations(db *bolt.DB) (*invocations, error) {
-	iv := &invocations{ring: api.NewInvocationRing(keepInvocations), db: db}
+func loadInvocations(db *bolt.DB) (*Invocations, error) {
+	iv := &Invocations{ring: api.NewInvocationRing(KeepInvocations), db: db}
 	err := db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketInvocations).ForEach(func(k, v []byte) error {
 			parts := strings.SplitN(string(k), "/", 3) // ns/name/<time><seq>
@@ -52,39 +54,44 @@ func loadInvocations(db *bolt.DB) (*invocations, error) {
 	return iv, err
 }
 
-func (iv *invocations) Record(ctx context.Context, ns, name string, inv apiv1.Invocation) {
+// Record keeps one invocation (persisted by the next flush).
+func (iv *Invocations) Record(ctx context.Context, ns, name string, inv apiv1.Invocation) {
 	iv.ring.Record(ctx, ns, name, inv)
 	iv.mu.Lock()
 	iv.pending = append(iv.pending, pendingInvocation{ns, name, inv})
 	iv.mu.Unlock()
 }
 
-func (iv *invocations) List(ctx context.Context, ns, name string, limit int) ([]apiv1.Invocation, error) {
+// List returns up to limit records, newest first.
+func (iv *Invocations) List(ctx context.Context, ns, name string, limit int) ([]apiv1.Invocation, error) {
 	return iv.ring.List(ctx, ns, name, limit)
 }
 
-// forget drops a deleted function's records.
-func (iv *invocations) forget(ns, name string) error {
-	iv.ring.Forget(ns, name)
+// Forget drops a deleted function's records.
+func (iv *Invocations) Forget(ctx context.Context, ns, name string) error {
+	iv.Flush() // what is pending for it must not come back after the delete
+	iv.ring.Forget(ctx, ns, name)
 	return iv.db.Update(func(tx *bolt.Tx) error { return deletePrefix(tx.Bucket(bucketInvocations), ns+"/"+name+"/") })
 }
 
-// flushLoop persists pending records every interval until ctx ends, then once more.
-func (iv *invocations) flushLoop(ctx context.Context, every time.Duration) {
+// FlushLoop persists pending records every interval until ctx ends, then once more.
+func (iv *Invocations) FlushLoop(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			iv.flush()
+			iv.Flush()
 			return
 		case <-t.C:
-			iv.flush()
+			iv.Flush()
 		}
 	}
 }
 
-func (iv *invocations) flush() error {
+// Flush persists the pending records in one transaction, keeping the newest KeepInvocations per
+// function.
+func (iv *Invocations) Flush() error {
 	iv.mu.Lock()
 	batch := iv.pending
 	iv.pending = nil
@@ -97,21 +104,19 @@ func (iv *invocations) flush() error {
 		b := tx.Bucket(bucketInvocations)
 		for _, p := range batch {
 			iv.seq++
-			v, _ := json.Marshal(p.inv)
 			k := fmt.Sprintf("%s/%s/%020d%06d", p.ns, p.name, p.inv.Time.UnixNano(), iv.seq%1_000_000)
-			if err := b.Put([]byte(k), v); err != nil {
+			if err := put(b, []byte(k), p.inv); err != nil {
 				return err
 			}
 			touched[p.ns+"/"+p.name+"/"] = true
 		}
-		// Keep the newest keepInvocations per function (keys sort by time).
 		for prefix := range touched {
 			var keys [][]byte
 			c := b.Cursor()
 			for k, _ := c.Seek([]byte(prefix)); k != nil && strings.HasPrefix(string(k), prefix); k, _ = c.Next() {
 				keys = append(keys, append([]byte(nil), k...))
 			}
-			for i := 0; i < len(keys)-keepInvocations; i++ {
+			for i := 0; i < len(keys)-KeepInvocations; i++ {
 				if err := b.Delete(keys[i]); err != nil {
 					return err
 				}
@@ -119,18 +124,4 @@ func (iv *invocations) flush() error {
 		}
 		return nil
 	})
-}
-
-func deletePrefix(b *bolt.Bucket, prefix string) error {
-	var keys [][]byte
-	c := b.Cursor()
-	for k, _ := c.Seek([]byte(prefix)); k != nil && strings.HasPrefix(string(k), prefix); k, _ = c.Next() {
-		keys = append(keys, append([]byte(nil), k...))
-	}
-	for _, k := range keys {
-		if err := b.Delete(k); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -1,9 +1,3 @@
-// Package kubestore implements the API's stores on the sless CRDs (operator/api/v1alpha1), so the
-// same REST handlers serve the Kubernetes backend: a Function object per function (the uploaded
-// code's sha256 is spec.codeSHA256, which the Function reconciler builds), Trigger and FunctionJob
-// objects, tenant namespaces with their policy objects, and invocation records in a bounded
-// in-memory ring per function (the last 1,000; lost on operator restart until a durable store
-// exists).
 package kubestore
 
 import (
@@ -17,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -24,12 +19,13 @@ import (
 
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/codestore"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/resources"
+	"github.com/sless-dev/sless/runspec"
 )
 
 // +kubebuilder:rbac:groups=sless.dev,resources=functions;triggers;functionjobs,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=sless.dev,resources=functions/status;triggers/status;functionjobs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges;secrets,verbs=get;list;watch;create
@@ -37,7 +33,7 @@ import (
 
 // New is an api.Backend on the cluster c reaches; /fn/ goes where resolver says (an
 // EndpointResolver in the operator).
-func New(c client.Client, code api.CodeStore, tenant resources.TenantConfig, resolver api.Resolver) api.Backend {
+func New(c client.Client, code codestore.Store, tenant resources.TenantConfig, resolver api.Resolver) api.Backend {
 	return api.Backend{
 		Namespaces:  &namespaces{c: c, tenant: tenant},
 		Functions:   &functions{c: c},
@@ -47,6 +43,11 @@ func New(c client.Client, code api.CodeStore, tenant resources.TenantConfig, res
 		Code:        code,
 		Resolver:    resolver,
 	}
+}
+
+// ServingView is what /fn/ reads per request, from c (the manager's cache in the operator).
+func ServingView(c client.Client) *api.ServingView {
+	return &api.ServingView{Functions: &functions{c: c}, Triggers: &triggers{c: c}}
 }
 
 func notFound(err error, ns, name string) error {
@@ -81,7 +82,7 @@ func (r *EndpointResolver) Resolve(ctx context.Context, ns, name string) (*url.U
 		if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
 			continue
 		}
-		port := int32(resources.Port)
+		port := int32(runspec.Port)
 		for _, p := range sl.Ports {
 			if p.Port != nil && (p.Name == nil || *p.Name == "" || *p.Name == "http") {
 				port = *p.Port
@@ -129,7 +130,7 @@ func (n *namespaces) Exists(ctx context.Context, ns string) (bool, error) {
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
-	return err == nil && obj.DeletionTimestamp.IsZero() && obj.Labels[resources.LabelManaged] == resources.ManagedBy, err
+	return err == nil && obj.DeletionTimestamp.IsZero() && obj.Labels[runspec.LabelManagedBy] == runspec.ManagedBy, err
 }
 
 func (n *namespaces) Delete(ctx context.Context, ns string) error {
@@ -144,31 +145,37 @@ func (n *namespaces) Delete(ctx context.Context, ns string) error {
 
 type functions struct{ c client.Client }
 
-func toAPIFunction(f *slessv1.Function) apiv1.Function {
-	out := apiv1.Function{Name: f.Name, Runtime: f.Spec.Runtime, Entrypoint: f.Spec.Entrypoint, MemoryMB: int(f.Spec.MemoryMB), TimeoutSec: int(f.Spec.TimeoutSec)}
+// FunctionSpec is the API's spec of a Function object.
+func FunctionSpec(f *slessv1.Function) api.FunctionSpec {
+	out := api.FunctionSpec{Name: f.Name, Runtime: f.Spec.Runtime, Entrypoint: f.Spec.Entrypoint, MemoryMB: int(f.Spec.MemoryMB),
+		TimeoutSec: int(f.Spec.TimeoutSec), CodeSHA256: f.Spec.CodeSHA256}
 	if len(f.Spec.Env) > 0 {
 		out.EnvVars = map[string]string{}
 		for _, e := range f.Spec.Env {
 			out.EnvVars[e.Name] = e.Value
 		}
 	}
-	s := f.Status
-	out.Status = apiv1.FunctionStatus{Phase: s.Phase, Image: s.Image, CodeSHA256: f.Spec.CodeSHA256, Message: s.Message, URL: s.URL}
-	if s.LastBuiltAt != nil {
-		t := s.LastBuiltAt.Time
-		out.Status.LastBuiltAt = &t
-	}
-	if s.Build != nil {
-		out.Status.Build = &apiv1.BuildInfo{DurationMS: s.Build.DurationMS, DepsKey: s.Build.DepsKey, DepsCached: s.Build.DepsCached}
-	}
 	return out
 }
 
-// fromAPIFunction writes the spec fields and the status fields the API owns into f.
-func fromAPIFunction(in apiv1.Function, f *slessv1.Function) {
+func toFunction(f *slessv1.Function) api.Function {
+	s := f.Status
+	st := apiv1.FunctionStatus{Phase: s.Phase, Image: s.Image, Message: s.Message}
+	if s.LastBuiltAt != nil {
+		t := s.LastBuiltAt.Time
+		st.LastBuiltAt = &t
+	}
+	if s.Build != nil {
+		st.Build = &apiv1.BuildInfo{DurationMS: s.Build.DurationMS, DepsKey: s.Build.DepsKey, DepsCached: s.Build.DepsCached}
+	}
+	return api.Function{Spec: FunctionSpec(f), Status: st, Generation: f.Generation, ObservedGeneration: s.ObservedGeneration}
+}
+
+// setSpec writes the API's spec into the object's spec (env vars sorted by name).
+func setSpec(in api.FunctionSpec, f *slessv1.Function) {
 	f.Spec.Runtime, f.Spec.Entrypoint = in.Runtime, in.Entrypoint
 	f.Spec.MemoryMB, f.Spec.TimeoutSec = int32(in.MemoryMB), int32(in.TimeoutSec)
-	f.Spec.CodeSHA256 = in.Status.CodeSHA256
+	f.Spec.CodeSHA256 = in.CodeSHA256
 	keys := make([]string, 0, len(in.EnvVars))
 	for k := range in.EnvVars {
 		keys = append(keys, k)
@@ -178,93 +185,60 @@ func fromAPIFunction(in apiv1.Function, f *slessv1.Function) {
 	for _, k := range keys {
 		f.Spec.Env = append(f.Spec.Env, corev1.EnvVar{Name: k, Value: in.EnvVars[k]})
 	}
-	f.Status.Phase, f.Status.Message, f.Status.URL = in.Status.Phase, in.Status.Message, in.Status.URL
 }
 
-func (s *functions) List(ctx context.Context, ns string) ([]apiv1.Function, error) {
+func (s *functions) List(ctx context.Context, ns string) ([]api.Function, error) {
 	var l slessv1.FunctionList
 	if err := s.c.List(ctx, &l, client.InNamespace(ns)); err != nil {
 		return nil, err
 	}
-	out := make([]apiv1.Function, 0, len(l.Items))
+	out := make([]api.Function, 0, len(l.Items))
 	for i := range l.Items {
-		out = append(out, toAPIFunction(&l.Items[i]))
+		out = append(out, toFunction(&l.Items[i]))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool { return out[i].Spec.Name < out[j].Spec.Name })
 	return out, nil
 }
 
-func (s *functions) Get(ctx context.Context, ns, name string) (apiv1.Function, error) {
+func (s *functions) Get(ctx context.Context, ns, name string) (api.Function, error) {
 	var f slessv1.Function
 	if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &f); err != nil {
-		return apiv1.Function{}, notFound(err, ns, name)
+		return api.Function{}, notFound(err, ns, name)
 	}
-	return toAPIFunction(&f), nil
+	return toFunction(&f), nil
 }
 
-func (s *functions) Create(ctx context.Context, ns string, in apiv1.Function) (apiv1.Function, error) {
+func (s *functions) Create(ctx context.Context, ns string, in api.FunctionSpec) (api.Function, error) {
 	f := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: in.Name, Namespace: ns}}
-	fromAPIFunction(in, f)
-	status := f.Status
+	setSpec(in, f)
 	if err := s.c.Create(ctx, f); err != nil {
-		return apiv1.Function{}, notFound(err, ns, in.Name)
+		return api.Function{}, notFound(err, ns, in.Name)
 	}
-	// The reconciler may already be writing the new object (its finalizer): retry on conflict.
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := s.c.Get(ctx, client.ObjectKeyFromObject(f), f); err != nil {
-			return err
-		}
-		f.Status.Phase, f.Status.Message, f.Status.URL = status.Phase, status.Message, status.URL
-		return s.c.Status().Update(ctx, f)
-	})
-	if err != nil {
-		return apiv1.Function{}, err
-	}
-	return toAPIFunction(f), nil
+	return toFunction(f), nil
 }
 
-func (s *functions) Update(ctx context.Context, ns, name string, fn func(*apiv1.Function) error) (apiv1.Function, error) {
-	var out apiv1.Function
+func (s *functions) Update(ctx context.Context, ns, name string, fn func(*api.FunctionSpec) error) (api.Function, error) {
+	var out api.Function
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var f slessv1.Function
 		if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &f); err != nil {
 			return notFound(err, ns, name)
 		}
-		cur := toAPIFunction(&f)
-		if err := fn(&cur); err != nil {
+		spec := FunctionSpec(&f)
+		if err := fn(&spec); err != nil {
 			return err
 		}
-		specBefore, statusBefore := f.Spec.DeepCopy(), f.Status.DeepCopy()
-		fromAPIFunction(cur, &f)
-		if !equalSpec(specBefore, &f.Spec) {
-			status := f.Status
+		before := f.Spec.DeepCopy()
+		setSpec(spec, &f)
+		if !equality.Semantic.DeepEqual(before, &f.Spec) {
 			if err := s.c.Update(ctx, &f); err != nil {
 				return err
 			}
-			f.Status = status
 		}
-		if statusBefore.Phase != f.Status.Phase || statusBefore.Message != f.Status.Message || statusBefore.URL != f.Status.URL {
-			if err := s.c.Status().Update(ctx, &f); err != nil {
-				return err
-			}
-		}
-		out = toAPIFunction(&f)
+		out = toFunction(&f)
 		return nil
 	})
 	return out, err
-}
-
-func equalSpec(a, b *slessv1.FunctionSpec) bool {
-	if a.Runtime != b.Runtime || a.Entrypoint != b.Entrypoint || a.CodeSHA256 != b.CodeSHA256 || a.MemoryMB != b.MemoryMB ||
-		a.TimeoutSec != b.TimeoutSec || len(a.Env) != len(b.Env) {
-		return false
-	}
-	for i := range a.Env {
-		if a.Env[i].Name != b.Env[i].Name || a.Env[i].Value != b.Env[i].Value {
-			return false
-		}
-	}
-	return true
 }
 
 func (s *functions) Delete(ctx context.Context, ns, name string) error {

@@ -1,0 +1,25 @@
+package apitest
+
+import "testing"
+
+// Run runs the whole suite on b, each test as a subtest.
+func Run(t *testing.T, b Backend) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T, Backend)
+	}{
+		{"RoutesHappyPath", testRoutesHappyPath},
+		{"CreateConflictsAndMissing", testCreateConflictsAndMissing},
+		{"TokensRefused", testTokensRefused},
+		{"InvalidSpecs", testInvalidSpecs},
+		{"BadUploads", testBadUploads},
+		{"GenerationsAndStatus", testGenerationsAndStatus},
+		{"ProxyHeadersAndPaths", testProxyHeadersAndPaths},
+		{"ProxyErrors", testProxyErrors},
+		{"ProxyTriggerRule", testProxyTriggerRule},
+		{"ProxyStreams", testProxyStreams},
+		{"ErrorEnvelopeEverywhere", testErrorEnvelopeEverywhere},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.test(t, b) })
+	}
+}

@@ -1,0 +1,96 @@
+package apiv1
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Limits and defaults of a function's spec. They are the one source of these rules: the server
+// enforces them, the CRD markers restate them (a test in operator/api/v1alpha1 checks they agree)
+// and clients such as the Terraform provider may check them before sending anything.
+const (
+	MinMemoryMB, MaxMemoryMB, DefaultMemoryMB       = 64, 8192, 128
+	MinTimeoutSec, MaxTimeoutSec, DefaultTimeoutSec = 1, 900, 30
+	// DefaultEntrypoint is the handler when none is given, in every runtime.
+	DefaultEntrypoint = "handler.handle"
+	// MaxNameLength bounds every name: a DNS-1123 label, as Kubernetes requires.
+	MaxNameLength       = 63
+	MaxEntrypointLength = 256
+	MaxEnvVars          = 128
+	// MaxEnvBytes bounds the sum of env var names and values.
+	MaxEnvBytes       = 64 << 10
+	MaxEventJSONBytes = 64 << 10
+)
+
+// Patterns (RE2, also valid OpenAPI patterns) of names, entrypoints and env var names.
+const (
+	NamePattern       = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	EntrypointPattern = `^[A-Za-z0-9_][A-Za-z0-9_./-]*\.[A-Za-z_$][A-Za-z0-9_$]*$`
+	EnvNamePattern    = `^[A-Za-z_][A-Za-z0-9_]*$`
+)
+
+// Runtimes a function may name.
+const (
+	RuntimePython311 = "python3.11"
+	RuntimeNodejs20  = "nodejs20"
+)
+
+var (
+	nameRE       = regexp.MustCompile(NamePattern)
+	entrypointRE = regexp.MustCompile(EntrypointPattern)
+	envNameRE    = regexp.MustCompile(EnvNamePattern)
+)
+
+// Runtimes lists the supported runtimes, sorted.
+func Runtimes() []string { return []string{RuntimeNodejs20, RuntimePython311} }
+
+func invalid(format string, args ...any) *Error { return Errorf(CodeInvalidArgument, format, args...) }
+
+// ValidName checks a name of kind ("function", "trigger", …): a DNS-1123 label of at most 63
+// characters. The error is an invalid_argument *Error saying how to fix it.
+func ValidName(kind, name string) error {
+	if len(name) > MaxNameLength || !nameRE.MatchString(name) {
+		return invalid("%s name %q is invalid: use at most %d lower-case letters, digits and '-', starting and ending with a letter or digit", kind, name, MaxNameLength)
+	}
+	return nil
+}
+
+// ValidEntrypoint checks a handler: module.function (python) or file.export (node).
+func ValidEntrypoint(e string) error {
+	if len(e) > MaxEntrypointLength || !entrypointRE.MatchString(e) {
+		return invalid("entrypoint %q must look like module.function (python) or file.export (node)", e)
+	}
+	return nil
+}
+
+// ValidRuntime checks that r is a supported runtime.
+func ValidRuntime(r string) error {
+	if !slices.Contains(Runtimes(), r) {
+		return invalid("runtime %q is not supported; choose one of %s", r, strings.Join(Runtimes(), ", "))
+	}
+	return nil
+}
+
+// ValidEnvName checks an env var name (letters, digits and '_', not starting with a digit).
+func ValidEnvName(k string) error {
+	if !envNameRE.MatchString(k) {
+		return invalid("env_vars name %q is invalid: use letters, digits and '_', not starting with a digit", k)
+	}
+	return nil
+}
+
+// ValidMemoryMB and ValidTimeoutSec check the ranges above (0 means the default and is valid).
+func ValidMemoryMB(n int) error {
+	if n != 0 && (n < MinMemoryMB || n > MaxMemoryMB) {
+		return invalid("memory_mb %d is outside %d–%d", n, MinMemoryMB, MaxMemoryMB)
+	}
+	return nil
+}
+
+func ValidTimeoutSec(n int) error {
+	if n != 0 && (n < MinTimeoutSec || n > MaxTimeoutSec) {
+		return invalid("timeout_sec %d is outside %d–%d", n, MinTimeoutSec, MaxTimeoutSec)
+	}
+	return nil
+}

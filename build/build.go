@@ -1,0 +1,211 @@
+package build
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/deps"
+	"github.com/sless-dev/sless/oci"
+	"github.com/sless-dev/sless/runtimes"
+)
+
+// Request is one build of a function's code.
+type Request struct {
+	Namespace, Function string
+	// Runtime names the runtime ("python3.11"); its image comes from the Pipeline's runtimes.
+	Runtime    string
+	Entrypoint string
+	// CodeSHA256 names the archive in the code store; the fetched bytes must hash to it.
+	CodeSHA256 string
+	// Deps obtains the dependency layer when the code declares dependencies. The default is the
+	// Pipeline's (WithDeps).
+	Deps Deps
+}
+
+// Deps obtains the dependency layer of a spec, placed under dir. *deps.Cache is one; a backend
+// that makes the layer elsewhere returns a *PendingError until it is there.
+type Deps interface {
+	Layer(ctx context.Context, s deps.Spec, dir string) (deps.Result, error)
+}
+
+var _ Deps = (*deps.Cache)(nil)
+
+// Result is a pushed function image.
+type Result struct {
+	// Image is the image by digest ("<registry>/<ns>/<fn>@sha256:…").
+	Image string
+	// Key is the build's identity (Key).
+	Key      string
+	Duration time.Duration
+	// DepsKey names the dependency layer ("" without dependencies); DepsCached is true when no
+	// install ran for this build; DepsWarning says what the install could not guarantee.
+	DepsKey     string
+	DepsCached  bool
+	DepsWarning string
+}
+
+// Pipeline builds and pushes function images. It is safe for concurrent use and lives as long as
+// its backend.
+type Pipeline struct {
+	code    codestore.Store
+	builder *oci.Builder
+	o       options
+	slots   chan struct{}
+}
+
+// New makes a Pipeline that reads archives from code and builds with builder.
+func New(code codestore.Store, builder *oci.Builder, opts ...Option) (*Pipeline, error) {
+	o, err := makeOptions(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if code == nil || builder == nil {
+		return nil, errors.New("build: a code store and an oci.Builder are required")
+	}
+	return &Pipeline{code: code, builder: builder, o: o, slots: make(chan struct{}, o.concurrency)}, nil
+}
+
+// RuntimeImage is the image by digest that functions of runtime rt are built on.
+func (p *Pipeline) RuntimeImage(rt string) (string, bool) {
+	ref, ok := p.o.runtimes[rt]
+	return ref, ok
+}
+
+// Key is the identity of what req builds: the code, the runtime image (by digest) and the
+// entrypoint. The same key gives the same image digest; a backend rebuilds when it changes and,
+// after a user error, not before it changes.
+func (p *Pipeline) Key(req Request) string {
+	return Key(req, p.o.runtimes[req.Runtime])
+}
+
+// Key is Pipeline.Key for a known runtime image.
+func Key(req Request, runtimeImage string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "sless build v1\ncode %s\nruntime %s\nruntime-image %s\nentrypoint %s\n", req.CodeSHA256, req.Runtime, runtimeImage, req.Entrypoint)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Build fetches the code, obtains the dependency layer, builds and pushes the image. It waits for a
+// free build slot first (WithConcurrency). A failure that is the function's own satisfies
+// IsUserError; a *PendingError means the dependency layer is not there yet.
+func (p *Pipeline) Build(ctx context.Context, req Request) (res *Result, err error) {
+	select {
+	case p.slots <- struct{}{}:
+		defer func() { <-p.slots }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.o.timeout)
+	defer cancel()
+	start := time.Now()
+	defer func() {
+		if _, pending := errors.AsType[*PendingError](err); !pending && p.o.observe != nil && ctx.Err() != context.Canceled {
+			result := "succeeded"
+			if err != nil {
+				result = "failed"
+			}
+			p.o.observe(result, time.Since(start))
+		}
+	}()
+
+	runtimeImage, ok := p.o.runtimes[req.Runtime]
+	rt, known := runtimes.Lookup(req.Runtime)
+	if !ok || !known {
+		return nil, fmt.Errorf("%w: runtime %q is not installed on this platform", oci.ErrInvalidSource, req.Runtime)
+	}
+	code, size, err := p.fetch(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { code.Close(); os.Remove(code.Name()) }()
+
+	res = &Result{Key: Key(req, runtimeImage)}
+	src := oci.Source{RuntimeImage: runtimeImage, Zip: code, ZipSize: size, ZipSHA256: req.CodeSHA256,
+		Handler: req.Entrypoint, Function: req.Function, Namespace: req.Namespace, Runtime: req.Runtime}
+	manifests, err := deps.ManifestsInZip(code, size, req.Runtime)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading dependency manifests: %v", deps.ErrInvalidSpec, err)
+	}
+	if manifests != nil {
+		d := req.Deps
+		if d == nil {
+			d = p.o.deps
+		}
+		if d == nil {
+			return nil, ErrNoDeps
+		}
+		spec := deps.Spec{Runtime: req.Runtime, RuntimeImage: runtimeImage, Files: manifests, Namespace: req.Namespace,
+			IndexURL: p.o.indexes[req.Runtime]}
+		dr, err := d.Layer(ctx, spec, rt.DepsDir)
+		if err != nil {
+			return nil, err
+		}
+		src.Deps, src.DepsKey = dr.Layer, dr.Key
+		res.DepsKey, res.DepsCached, res.DepsWarning = dr.Key, dr.Cached, dr.Warning
+	}
+	built, err := p.builder.Build(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	defer built.Close()
+	ref, err := p.builder.Push(ctx, built, p.o.registry+"/"+req.Namespace+"/"+req.Function+":latest")
+	if err != nil {
+		return nil, err
+	}
+	res.Image, res.Duration = ref.String(), time.Since(start)
+	return res, nil
+}
+
+// fetch copies the archive into a temporary file (the builder and the manifest reader need
+// random access) and checks that it hashes to the name it is stored under: whoever can write the
+// code store must not be able to ship other code to a tenant.
+func (p *Pipeline) fetch(ctx context.Context, req Request) (*os.File, int64, error) {
+	rc, err := p.code.Get(ctx, codestore.Key(req.Namespace, req.Function, req.CodeSHA256))
+	if errors.Is(err, codestore.ErrNotFound) {
+		return nil, 0, fmt.Errorf("%w: the uploaded code %s is not in the code store; upload it again", ErrCodeMissing, short(req.CodeSHA256))
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the uploaded code: %w", err)
+	}
+	defer rc.Close()
+	tmp, err := os.CreateTemp(p.o.tempDir, "sless-code-*.zip")
+	if err != nil {
+		return nil, 0, err
+	}
+	h := sha256.New()
+	size, err := io.Copy(io.MultiWriter(tmp, h), rc)
+	if err == nil {
+		if got := hex.EncodeToString(h.Sum(nil)); got != req.CodeSHA256 {
+			err = fmt.Errorf("%w: the stored archive hashes to %s, not %s; upload it again", ErrCodeMismatch, short(got), short(req.CodeSHA256))
+		}
+	} else {
+		err = fmt.Errorf("reading the uploaded code: %w", err)
+	}
+	if err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return nil, 0, err
+	}
+	return tmp, size, nil
+}
+
+// DeleteImages removes function images (by digest) from the registry with the builder's
+// credentials; images already gone are skipped. Every image is tried; the errors are joined.
+func (p *Pipeline) DeleteImages(ctx context.Context, refs ...string) error {
+	var errs []error
+	for _, ref := range refs {
+		if err := p.builder.Delete(ctx, ref); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func short(sha string) string { return sha[:min(12, len(sha))] }

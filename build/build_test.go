@@ -1,0 +1,341 @@
+package build_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
+
+	"github.com/sless-dev/sless/build"
+	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/deps"
+	"github.com/sless-dev/sless/internal/testenv"
+	"github.com/sless-dev/sless/layers"
+	"github.com/sless-dev/sless/oci"
+)
+
+// The identity of a build must not move by accident: it decides whether every function on an
+// upgraded platform is rebuilt. A change here must be deliberate.
+func TestKeyGolden(t *testing.T) {
+	req := build.Request{Namespace: "sless-0123456789abcdef", Function: "hello", Runtime: "python3.11", Entrypoint: "handler.handle",
+		CodeSHA256: strings.Repeat("ab", 32)}
+	const runtimeImage = "127.0.0.1:5000/sless/runtime-python3.11@sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	if got, want := build.Key(req, runtimeImage), "a565a5003eb4f49735f195b208f3fead3df85b37de4c8ccdd96f2229f95d2120"; got != want {
+		t.Errorf("build.Key moved: got %s, want %s", got, want)
+	}
+	other := req
+	other.Namespace, other.Deps = "sless-ffffffffffffffff", deps.NewCache(nil, nil, "")
+	if build.Key(other, runtimeImage) != build.Key(req, runtimeImage) {
+		t.Error("the key depends on the namespace or Deps; only code, runtime, runtime image and entrypoint decide the image")
+	}
+	for _, change := range []func(*build.Request){
+		func(r *build.Request) { r.CodeSHA256 = strings.Repeat("cd", 32) },
+		func(r *build.Request) { r.Runtime = "nodejs20" },
+		func(r *build.Request) { r.Entrypoint = "main.handle" },
+	} {
+		r := req
+		change(&r)
+		if build.Key(r, runtimeImage) == build.Key(req, runtimeImage) {
+			t.Errorf("the key does not change with %+v", r)
+		}
+	}
+	if build.Key(req, runtimeImage+"x") == build.Key(req, runtimeImage) {
+		t.Error("the key does not change with the runtime image")
+	}
+}
+
+func TestIsUserError(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		user   bool
+		reason string
+	}{
+		{&layers.EntryError{Path: "../x", Reason: "leaves the tree", Err: layers.ErrUnsafePath}, true, build.ReasonBuildFailed},
+		{fmt.Errorf("wrapped: %w", &deps.InstallError{Output: "no matching distribution"}), true, build.ReasonDependenciesFailed},
+		{fmt.Errorf("%w: --index-url", deps.ErrInvalidSpec), true, build.ReasonDependenciesFailed},
+		{fmt.Errorf("%w: bad handler", oci.ErrInvalidSource), true, build.ReasonBuildFailed},
+		{layers.ErrInvalidArchive, true, build.ReasonBuildFailed},
+		{layers.ErrTooLarge, true, build.ReasonBuildFailed},
+		{layers.ErrCompressionRatio, true, build.ReasonBuildFailed},
+		{build.ErrCodeMissing, true, build.ReasonBuildFailed},
+		{build.ErrCodeMismatch, true, build.ReasonBuildFailed},
+		{build.ErrNoDeps, false, build.ReasonBuildFailed},
+		{errors.New("pushing: 503 Service Unavailable"), false, build.ReasonBuildFailed},
+		{context.DeadlineExceeded, false, build.ReasonBuildFailed},
+		{&build.PendingError{Reason: "Job"}, false, build.ReasonBuildFailed},
+	} {
+		if got := build.IsUserError(tc.err); got != tc.user {
+			t.Errorf("IsUserError(%v) = %v, want %v", tc.err, got, tc.user)
+		}
+		if got := build.Reason(tc.err); got != tc.reason {
+			t.Errorf("Reason(%v) = %s, want %s", tc.err, got, tc.reason)
+		}
+	}
+	if !build.IsPending(fmt.Errorf("x: %w", &build.PendingError{})) || build.IsPending(errors.New("x")) {
+		t.Error("IsPending")
+	}
+}
+
+type fixture struct {
+	reg      string
+	code     *codestore.Dir
+	runtime  string // runtime image by digest
+	pipeline *build.Pipeline
+	mu       sync.Mutex
+	observed []string
+}
+
+func newFixture(t *testing.T, opts ...build.Option) *fixture {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	f := &fixture{reg: strings.TrimPrefix(srv.URL, "http://")}
+	img, err := random.Image(1024, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := name.ParseReference(f.reg + "/sless/runtime-python3.11:latest")
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+	f.runtime = f.reg + "/sless/runtime-python3.11@" + d.String()
+	if f.code, err = codestore.NewDir(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := oci.NewBuilder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = append([]build.Option{build.WithRegistry(f.reg), build.WithRuntimes(map[string]string{"python3.11": f.runtime}),
+		build.WithTempDir(t.TempDir()), build.WithObserver(func(result string, _ time.Duration) {
+			f.mu.Lock()
+			f.observed = append(f.observed, result)
+			f.mu.Unlock()
+		})}, opts...)
+	if f.pipeline, err = build.New(f.code, b, opts...); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// upload stores a zip of files the way the API does and returns a request for it.
+func (f *fixture) upload(t *testing.T, files map[string]string) build.Request {
+	t.Helper()
+	z := testenv.Zip(files)
+	sum := sha256.Sum256(z)
+	req := build.Request{Namespace: "sless-0123456789abcdef", Function: "hello", Runtime: "python3.11", Entrypoint: "handler.handle",
+		CodeSHA256: hex.EncodeToString(sum[:])}
+	if err := f.code.Put(context.Background(), codestore.Key(req.Namespace, req.Function, req.CodeSHA256), bytes.NewReader(z), int64(len(z))); err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+func (f *fixture) results() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.observed...)
+}
+
+// fakeDeps hands out a fixed layer or error and counts calls.
+type fakeDeps struct {
+	layer v1.Layer
+	err   error
+	calls int
+}
+
+func (d *fakeDeps) Layer(_ context.Context, s deps.Spec, dir string) (deps.Result, error) {
+	d.calls++
+	if d.err != nil {
+		return deps.Result{}, d.err
+	}
+	return deps.Result{Layer: d.layer, Key: "k-" + s.Runtime + dir, Cached: true}, nil
+}
+
+func TestBuild(t *testing.T) {
+	ctx := context.Background()
+	depsLayer, err := layers.FromFS(fstest.MapFS{"six.py": {Data: []byte("x = 1\n")}}, layers.WithPrefix("/app/deps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := map[string]string{"handler.py": "def handle(event):\n    return {}\n"}
+	withReqs := map[string]string{"handler.py": handler["handler.py"], "requirements.txt": "six==1.16.0\n"}
+	for _, tc := range []struct {
+		name    string
+		files   map[string]string
+		edit    func(*build.Request)
+		deps    *fakeDeps
+		check   func(t *testing.T, err error)
+		layers  int // layers on top of the runtime's two
+		outcome string
+	}{
+		{name: "code only", files: handler, layers: 1, outcome: "succeeded"},
+		{name: "with dependencies", files: withReqs, deps: &fakeDeps{layer: depsLayer}, layers: 2, outcome: "succeeded"},
+		{name: "dependencies pending", files: withReqs, deps: &fakeDeps{err: &build.PendingError{Reason: "Job x"}},
+			check: func(t *testing.T, err error) {
+				if !build.IsPending(err) || build.IsUserError(err) {
+					t.Errorf("err = %v, want pending", err)
+				}
+			}},
+		{name: "dependencies failed", files: withReqs, deps: &fakeDeps{err: &deps.InstallError{Output: "boom"}}, outcome: "failed",
+			check: func(t *testing.T, err error) {
+				if !build.IsUserError(err) || build.Reason(err) != build.ReasonDependenciesFailed {
+					t.Errorf("err = %v, want the installer's", err)
+				}
+			}},
+		{name: "no deps configured", files: withReqs, outcome: "failed",
+			check: func(t *testing.T, err error) {
+				if !errors.Is(err, build.ErrNoDeps) || build.IsUserError(err) {
+					t.Errorf("err = %v, want ErrNoDeps (the platform's)", err)
+				}
+			}},
+		{name: "unknown runtime", files: handler, edit: func(r *build.Request) { r.Runtime = "ruby3" }, outcome: "failed",
+			check: func(t *testing.T, err error) {
+				if !build.IsUserError(err) {
+					t.Errorf("err = %v, want a user error", err)
+				}
+			}},
+		{name: "bad entrypoint", files: handler, edit: func(r *build.Request) { r.Entrypoint = "no dots" }, outcome: "failed",
+			check: func(t *testing.T, err error) {
+				if !errors.Is(err, oci.ErrInvalidSource) {
+					t.Errorf("err = %v, want ErrInvalidSource", err)
+				}
+			}},
+		{name: "code missing", files: handler, edit: func(r *build.Request) { r.CodeSHA256 = strings.Repeat("0", 64) }, outcome: "failed",
+			check: func(t *testing.T, err error) {
+				if !errors.Is(err, build.ErrCodeMissing) {
+					t.Errorf("err = %v, want ErrCodeMissing", err)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			req := f.upload(t, tc.files)
+			if tc.edit != nil {
+				tc.edit(&req)
+			}
+			if tc.deps != nil {
+				req.Deps = tc.deps
+			}
+			res, err := f.pipeline.Build(ctx, req)
+			if tc.check != nil {
+				tc.check(t, err)
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if want := []string{tc.outcome}; tc.outcome == "" && len(f.results()) != 0 || tc.outcome != "" && strings.Join(f.results(), ",") != tc.outcome {
+				t.Errorf("observed %v, want %v", f.results(), want)
+			}
+			if err != nil {
+				return
+			}
+			if res.Key != f.pipeline.Key(req) || res.Key != build.Key(req, f.runtime) {
+				t.Errorf("Result.Key %s is not the request's key", res.Key)
+			}
+			ref, err := name.NewDigest(res.Image)
+			if err != nil || !strings.HasPrefix(res.Image, f.reg+"/"+req.Namespace+"/hello@sha256:") {
+				t.Fatalf("image %q: %v", res.Image, err)
+			}
+			img, err := remote.Image(ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := validate.Image(img); err != nil {
+				t.Fatal(err)
+			}
+			ls, _ := img.Layers()
+			if len(ls) != 2+tc.layers {
+				t.Errorf("%d layers, want %d", len(ls), 2+tc.layers)
+			}
+			if tc.deps != nil && (res.DepsKey == "" || !res.DepsCached) {
+				t.Errorf("deps not reported: %+v", res)
+			}
+			// The same request again gives the same image.
+			again, err := f.pipeline.Build(ctx, req)
+			if err != nil || again.Image != res.Image {
+				t.Errorf("rebuild: %v %v, want %s", again, err, res.Image)
+			}
+			// Deleting twice: the second finds nothing and is fine.
+			if err := f.pipeline.DeleteImages(ctx, res.Image); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := remote.Head(ref); !oci.IsNotFound(err) {
+				t.Errorf("image still there after delete: %v", err)
+			}
+			if err := f.pipeline.DeleteImages(ctx, res.Image); err != nil {
+				t.Errorf("deleting a deleted image: %v", err)
+			}
+		})
+	}
+}
+
+// Someone who can write the code store must not ship code to a tenant: the build checks the bytes
+// against the name they are stored under.
+func TestBuildRefusesTamperedCode(t *testing.T) {
+	f := newFixture(t)
+	req := f.upload(t, map[string]string{"handler.py": "def handle(e):\n    return 1\n"})
+	evil := testenv.Zip(map[string]string{"handler.py": "def handle(e):\n    return 'pwned'\n"})
+	if err := f.code.Put(context.Background(), codestore.Key(req.Namespace, req.Function, req.CodeSHA256), bytes.NewReader(evil), int64(len(evil))); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.pipeline.Build(context.Background(), req)
+	if !errors.Is(err, build.ErrCodeMismatch) || !build.IsUserError(err) {
+		t.Fatalf("err = %v, want ErrCodeMismatch", err)
+	}
+	if _, err := remote.Head(mustRef(f.reg + "/" + req.Namespace + "/hello:latest")); err == nil {
+		t.Error("an image was pushed for tampered code")
+	}
+}
+
+// Builds beyond WithConcurrency wait for a slot; a cancelled wait returns at once.
+func TestBuildConcurrency(t *testing.T) {
+	blocked := make(chan struct{})
+	release := make(chan struct{})
+	f := newFixture(t, build.WithConcurrency(1))
+	req := f.upload(t, map[string]string{"handler.py": "x", "requirements.txt": "six\n"})
+	req.Deps = depsFunc(func() error { close(blocked); <-release; return &build.PendingError{Reason: "wait"} })
+	done := make(chan error)
+	go func() { _, err := f.pipeline.Build(context.Background(), req); done <- err }()
+	<-blocked
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := f.pipeline.Build(ctx, req); !errors.Is(err, context.Canceled) {
+		t.Errorf("second build with the only slot taken: %v, want context.Canceled", err)
+	}
+	close(release)
+	if err := <-done; !build.IsPending(err) {
+		t.Errorf("first build: %v", err)
+	}
+}
+
+type depsFunc func() error
+
+func (d depsFunc) Layer(context.Context, deps.Spec, string) (deps.Result, error) {
+	return deps.Result{}, d()
+}
+
+func mustRef(s string) name.Reference {
+	r, err := name.ParseReference(s)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}

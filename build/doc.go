@@ -1,0 +1,8 @@
+// Package build is the function build pipeline both backends run: the identity of a build (Key),
+// the steps from an uploaded archive to a pushed image (fetch and re-hash the code, read its
+// dependency manifests, obtain the dependency layer, build on the runtime image, push by digest),
+// which failures are the function's own (IsUserError: the same inputs fail the same way, so a
+// backend does not retry them), and image deletion. A backend plugs in only how a dependency layer
+// is obtained (Deps): the single host installs it in place through the deps cache; Kubernetes runs
+// a Job and answers with a *PendingError until the layer is there. No Kubernetes, no HTTP.
+package build

@@ -1,0 +1,166 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/build"
+	"github.com/sless-dev/sless/local/state"
+)
+
+// key names one object to reconcile.
+type key struct {
+	kind     state.Kind
+	ns, name string
+}
+
+// controller reconciles functions, triggers and jobs from a rate-limited work queue (client-go's):
+// a key is never processed by two workers at once, one added while it is processed runs again
+// afterwards, and a failed reconcile is retried with exponential backoff.
+type controller struct {
+	p        *Platform
+	queue    workqueue.TypedRateLimitingInterface[key]
+	pipeline *build.Pipeline
+	sched    *scheduler
+	wg       sync.WaitGroup
+	// runs tracks job, cron and container-stopping goroutines that outlive a reconcile.
+	runs sync.WaitGroup
+}
+
+// workers reconcile at once; builds are bounded by the pipeline.
+const workers = 2
+
+// resyncEvery reconciles everything again, so a container that died is noticed and replaced.
+const resyncEvery = 30 * time.Second
+
+func newController(p *Platform) *controller {
+	// Backoff from 250 ms to 5 minutes per key (a failing start takes a second or more each time,
+	// so faster retries would only churn containers), under an overall 10/s, burst 100 bucket.
+	limiter := workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[key](250*time.Millisecond, 5*time.Minute),
+		&workqueue.TypedBucketRateLimiter[key]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+	c := &controller{p: p, queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[key]{Name: "sless-up"})}
+	c.sched = newScheduler(c)
+	return c
+}
+
+// changed is the state's notification of a spec change.
+func (c *controller) changed(k state.Kind, ns, name string) {
+	switch k {
+	case state.KindTrigger:
+		c.queue.Add(key{state.KindTrigger, ns, name})
+		// A trigger decides whether its function runs; a deleted one no longer says which.
+		c.enqueueNamespace(ns)
+	default:
+		c.queue.Add(key{k, ns, name})
+	}
+}
+
+func (c *controller) enqueueNamespace(ns string) {
+	fns, err := c.p.db.Functions.List(context.Background(), ns)
+	if err != nil {
+		return
+	}
+	for _, f := range fns {
+		c.queue.Add(key{state.KindFunction, ns, f.Spec.Name})
+	}
+}
+
+func (c *controller) enqueueAll() error {
+	fns, err := c.p.db.Functions.All()
+	if err != nil {
+		return err
+	}
+	ts, err := c.p.db.Triggers.All()
+	if err != nil {
+		return err
+	}
+	js, err := c.p.db.Jobs.All()
+	if err != nil {
+		return err
+	}
+	for ns, l := range fns {
+		for _, o := range l {
+			c.queue.Add(key{state.KindFunction, ns, o.Spec.Name})
+		}
+	}
+	for ns, l := range ts {
+		for _, o := range l {
+			c.queue.Add(key{state.KindTrigger, ns, o.Spec.Name})
+		}
+	}
+	for ns, l := range js {
+		for _, o := range l {
+			c.queue.Add(key{state.KindJob, ns, o.Spec.Name})
+		}
+	}
+	return nil
+}
+
+// start recovers what the state says and runs the workers, the scheduler and the resync.
+func (c *controller) start(ctx context.Context, pipeline *build.Pipeline) error {
+	c.pipeline = pipeline
+	for range workers {
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); c.work(ctx) }()
+	}
+	if err := c.recover(ctx); err != nil {
+		return err
+	}
+	c.wg.Add(2)
+	go func() { defer c.wg.Done(); c.sched.run(ctx) }()
+	go func() {
+		defer c.wg.Done()
+		t := time.NewTicker(resyncEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.enqueueAll()
+			}
+		}
+	}()
+	return nil
+}
+
+// stop ends the workers (after their current reconcile) and waits for runs to be left alone.
+func (c *controller) stop() {
+	c.queue.ShutDown()
+	c.wg.Wait()
+	c.runs.Wait()
+}
+
+func (c *controller) work(ctx context.Context) {
+	for {
+		k, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		var err error
+		switch k.kind {
+		case state.KindFunction:
+			err = c.reconcileFunction(ctx, k.ns, k.name)
+		case state.KindTrigger:
+			err = c.reconcileTrigger(ctx, k.ns, k.name)
+		case state.KindJob:
+			err = c.reconcileJob(ctx, k.ns, k.name)
+		}
+		switch {
+		case err == nil || errors.Is(err, api.ErrNotFound):
+			c.queue.Forget(k)
+		case ctx.Err() == nil:
+			c.p.log.Error("reconcile", "kind", k.kind, "namespace", k.ns, "name", k.name, "error", err)
+			c.queue.AddRateLimited(k)
+		}
+		c.queue.Done(k)
+	}
+}

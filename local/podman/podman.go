@@ -1,0 +1,229 @@
+package podman
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// ContainersConf is what podman needs on hybrid-cgroup machines like ours (DESIGN.md §7).
+//
+//go:embed containers.conf
+var ContainersConf []byte
+
+// GlobalFlags are the global flags every podman call of the project uses: its own storage under
+// storageRoot, the overlay driver, cgroupfs and runc (crun fails on these hybrid-cgroup machines).
+// Tests and benchmarks use them too, with CONTAINERS_CONF pointing at ContainersConf.
+func GlobalFlags(storageRoot string) []string {
+	return []string{"--root", filepath.Join(storageRoot, "root"), "--runroot", filepath.Join(storageRoot, "run"),
+		"--storage-driver", "overlay", "--cgroup-manager", "cgroupfs", "--runtime", "runc"}
+}
+
+// RunFlags are what `podman run` needs here: host networking (publishing ports does not forward on
+// these machines) and explicit ulimits (runc cannot raise nproc here).
+var RunFlags = []string{"--network", "host", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"}
+
+// Client runs podman with sless's containers.conf and storage.
+type Client struct {
+	bin    string
+	global []string
+	env    []string
+}
+
+// New finds podman and writes ContainersConf into confDir.
+func New(confDir, storageRoot string) (*Client, error) {
+	bin, err := exec.LookPath("podman")
+	if err != nil {
+		return nil, fmt.Errorf("podman is required to run functions on a single host (apt-get install podman runc, or run `make demo`): %w", err)
+	}
+	conf := filepath.Join(confDir, "containers.conf")
+	if err := os.WriteFile(conf, ContainersConf, 0o644); err != nil {
+		return nil, err
+	}
+	return &Client{bin: bin, global: GlobalFlags(storageRoot), env: append(os.Environ(), "CONTAINERS_CONF="+conf)}, nil
+}
+
+// Command is a podman command with the client's global flags and environment.
+func (c *Client) Command(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, c.bin, append(append([]string{}, c.global...), args...)...)
+	cmd.Env = c.env
+	return cmd
+}
+
+// ExitError is podman exiting non-zero; Stderr holds its last lines.
+type ExitError struct {
+	Args   []string
+	Code   int
+	Stderr string
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("podman %s: exit status %d: %s", e.Args[0], e.Code, e.Stderr)
+}
+
+// PodmanFailed reports whether podman itself failed (exit 125–127: its storage, a pull, a name
+// clash, no such command) rather than the container's command.
+func (e *ExitError) PodmanFailed() bool { return e.Code >= 125 && e.Code <= 127 }
+
+// Run runs one podman command and returns its stdout; a non-zero exit is an *ExitError.
+func (c *Client) Run(ctx context.Context, args ...string) (string, error) {
+	cmd := c.Command(ctx, args...)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ctx.Err() == nil {
+			return out.String(), &ExitError{Args: args, Code: ee.ExitCode(), Stderr: strings.TrimSpace(LastLines(stderr.String(), 15))}
+		}
+		return out.String(), fmt.Errorf("podman %s: %w: %s", args[0], err, strings.TrimSpace(LastLines(stderr.String(), 15)))
+	}
+	return out.String(), nil
+}
+
+// Spec is one container to run.
+type Spec struct {
+	Name   string
+	Image  string
+	Labels map[string]string
+	// Env is set in the container, in this order.
+	Env []EnvVar
+	// Detach returns once the container started; Remove deletes it when it exits.
+	Detach, Remove bool
+	// MemoryMB limits the container's memory; 0 means no limit.
+	MemoryMB int
+	// Volumes are host:container[:options] bind mounts.
+	Volumes []string
+	// User runs the command as uid:gid instead of the image's user.
+	User string
+	// WorkDir replaces the image's working directory.
+	WorkDir string
+	// Flags are extra `podman run` flags; Command replaces the image's command.
+	Flags   []string
+	Command []string
+}
+
+// EnvVar is one environment variable.
+type EnvVar struct{ Name, Value string }
+
+// RunArgs are the `podman run` arguments for s (RunFlags and pulling over plain HTTP from a
+// registry on 127.0.0.1 included).
+func RunArgs(s Spec) []string {
+	args := []string{"run", "--name", s.Name}
+	if s.Detach {
+		args = append(args, "-d")
+	}
+	if s.Remove {
+		args = append(args, "--rm")
+	}
+	args = append(args, RunFlags...)
+	args = append(args, "--tls-verify=false")
+	if s.MemoryMB > 0 {
+		args = append(args, "--memory", fmt.Sprintf("%dm", s.MemoryMB))
+	}
+	if s.User != "" {
+		args = append(args, "--user", s.User)
+	}
+	if s.WorkDir != "" {
+		args = append(args, "-w", s.WorkDir)
+	}
+	for _, v := range s.Volumes {
+		args = append(args, "-v", v)
+	}
+	keys := make([]string, 0, len(s.Labels))
+	for k := range s.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		args = append(args, "--label", k+"="+s.Labels[k])
+	}
+	for _, e := range s.Env {
+		args = append(args, "-e", e.Name+"="+e.Value)
+	}
+	args = append(args, s.Flags...)
+	args = append(args, s.Image)
+	return append(args, s.Command...)
+}
+
+// Start runs s and returns its output (with Detach, the container's ID).
+func (c *Client) Start(ctx context.Context, s Spec) (string, error) {
+	return c.Run(ctx, RunArgs(s)...)
+}
+
+// Container is one entry of List.
+type Container struct {
+	Name   string
+	State  string // running, exited, created, …
+	Labels map[string]string
+}
+
+// List returns the containers that carry label key=value.
+func (c *Client) List(ctx context.Context, key, value string) ([]Container, error) {
+	out, err := c.Run(ctx, "ps", "-a", "--filter", "label="+key+"="+value, "--format", "json")
+	if err != nil {
+		return nil, err
+	}
+	var raw []struct {
+		Names  []string
+		State  string
+		Labels map[string]string
+	}
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		return nil, fmt.Errorf("podman ps: %w", err)
+	}
+	cs := make([]Container, 0, len(raw))
+	for _, r := range raw {
+		if len(r.Names) > 0 {
+			cs = append(cs, Container{Name: r.Names[0], State: r.State, Labels: r.Labels})
+		}
+	}
+	return cs, nil
+}
+
+// State is the container's state (running, exited, …).
+func (c *Client) State(ctx context.Context, name string) (string, error) {
+	out, err := c.Run(ctx, "inspect", "--format", "{{.State.Status}}", name)
+	return strings.TrimSpace(out), err
+}
+
+// Remove stops the container (SIGTERM, then SIGKILL after grace seconds) and removes it.
+func (c *Client) Remove(ctx context.Context, name string, grace int) error {
+	_, err := c.Run(ctx, "rm", "-f", "-t", strconv.Itoa(grace), name)
+	return err
+}
+
+// Wait blocks until the container exits and returns its exit code.
+func (c *Client) Wait(ctx context.Context, name string) (int, error) {
+	out, err := c.Run(ctx, "wait", name)
+	if err != nil {
+		return -1, err
+	}
+	return strconv.Atoi(strings.TrimSpace(out))
+}
+
+// Logs returns the container's stdout and stderr separately (the last n lines each).
+func (c *Client) Logs(ctx context.Context, name string, n int) (stdout, stderr string) {
+	cmd := c.Command(ctx, "logs", "--tail", strconv.Itoa(n), name)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	cmd.Run()
+	return o.String(), e.String()
+}
+
+// LastLines is the last n lines of s.
+func LastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,385 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/local/podman"
+	"github.com/sless-dev/sless/runspec"
+)
+
+// legacyLabels maps the labels an earlier sless up put on its containers to runspec's.
+var legacyLabels = map[string]string{
+	"dev.sless.instance":  runspec.LabelInstance,
+	"dev.sless.namespace": runspec.LabelNamespace,
+	"dev.sless.function":  runspec.LabelFunction,
+	"dev.sless.port":      runspec.LabelPort,
+	"dev.sless.role":      runspec.LabelRole,
+	"dev.sless.job":       runspec.LabelJob,
+}
+
+// Instance is a function container /fn/ routes to.
+type Instance struct {
+	Name string
+	URL  *url.URL
+}
+
+// Runner runs this sless up's containers.
+type Runner struct {
+	pm       *podman.Client
+	instance string
+	dataDir  string
+
+	mu     sync.RWMutex
+	routes map[string]*Instance // "ns/name" -> serving container
+}
+
+// New runs containers with pm, labelled with instance; job results go under dataDir.
+func New(pm *podman.Client, instance, dataDir string) *Runner {
+	return &Runner{pm: pm, instance: instance, dataDir: dataDir, routes: map[string]*Instance{}}
+}
+
+var _ api.Resolver = (*Runner)(nil)
+
+// Resolve routes /fn/ to the function's healthy container.
+func (r *Runner) Resolve(_ context.Context, ns, name string) (*url.URL, error) {
+	r.mu.RLock()
+	inst := r.routes[ns+"/"+name]
+	r.mu.RUnlock()
+	if inst == nil {
+		return nil, &api.NotReadyError{Reason: fmt.Sprintf("function %q has no running instance yet", name)}
+	}
+	return inst.URL, nil
+}
+
+// Route is the container /fn/ sends ns/name's requests to (nil: none).
+func (r *Runner) Route(ns, name string) *Instance {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.routes[ns+"/"+name]
+}
+
+// Switch makes inst the container of ns/name: new requests go there from now on.
+func (r *Runner) Switch(ns, name string, inst *Instance) {
+	r.mu.Lock()
+	r.routes[ns+"/"+name] = inst
+	r.mu.Unlock()
+}
+
+// Container is one of this instance's containers, its labels in runspec's vocabulary whatever
+// version of sless up started it.
+type Container = podman.Container
+
+// List returns this instance's containers, with the old labels of earlier versions translated.
+func (r *Runner) List(ctx context.Context) ([]Container, error) {
+	cs, err := r.pm.List(ctx, runspec.LabelInstance, r.instance)
+	if err != nil {
+		return nil, err
+	}
+	old, err := r.pm.List(ctx, "dev.sless.instance", r.instance)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range old {
+		labels := map[string]string{}
+		for k, v := range c.Labels {
+			if nk, ok := legacyLabels[k]; ok {
+				k = nk
+			}
+			labels[k] = v
+		}
+		c.Labels = labels
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+// Function is what a function container runs.
+type Function struct {
+	Namespace, Name string
+	Image           string // by digest
+	Env             map[string]string
+	TimeoutSec      int
+	MemoryMB        int
+}
+
+func (f Function) instance(port int) runspec.Instance {
+	// Host networking: every container shares the host's addresses, so each listens on its own
+	// port on the loopback only.
+	return runspec.Instance{EnvVars: f.Env, TimeoutSec: f.TimeoutSec, Port: port, Host: "127.0.0.1"}
+}
+
+// ContainerName is sless-<ns>-<name>-<digest12>-<config6>: an update (new digest) or a new run
+// configuration (env vars, timeout, memory) starts a container beside the old one. The port is
+// not part of it: a container keeps its name across restarts of sless up, which adopt it.
+func ContainerName(f Function) string {
+	_, digest, _ := strings.Cut(f.Image, "@sha256:")
+	h := sha256.New()
+	fmt.Fprintf(h, "memory=%d\n", f.MemoryMB)
+	env := f.instance(0)
+	vars := runspec.Env(env)
+	sort.Slice(vars, func(i, j int) bool { return vars[i].Name < vars[j].Name })
+	for _, v := range vars {
+		if v.Name != runspec.EnvPort {
+			fmt.Fprintf(h, "%s=%s\n", v.Name, v.Value)
+		}
+	}
+	return fmt.Sprintf("sless-%s-%s-%.12s-%s", f.Namespace, f.Name, digest, hex.EncodeToString(h.Sum(nil))[:6])
+}
+
+func toPodman(vars []runspec.EnvVar) []podman.EnvVar {
+	out := make([]podman.EnvVar, len(vars))
+	for i, v := range vars {
+		out[i] = podman.EnvVar{Name: v.Name, Value: v.Value}
+	}
+	return out
+}
+
+// Serve runs (or adopts) the function's container and waits until its health check answers. It
+// does not switch /fn/ to it (Switch does).
+func (r *Runner) Serve(ctx context.Context, f Function, port int) (*Instance, error) {
+	cname := ContainerName(f)
+	if inst := r.adopt(ctx, cname); inst != nil {
+		return inst, nil
+	}
+	r.pm.Remove(ctx, cname, 5) // a stopped leftover of the same name
+	labels := map[string]string{runspec.LabelInstance: r.instance, runspec.LabelNamespace: f.Namespace, runspec.LabelFunction: f.Name,
+		runspec.LabelPort: strconv.Itoa(port), runspec.LabelRole: string(runspec.RoleFunction)}
+	if _, err := r.pm.Start(ctx, podman.Spec{Name: cname, Image: f.Image, Labels: labels, Env: toPodman(runspec.Env(f.instance(port))),
+		Detach: true, MemoryMB: f.MemoryMB}); err != nil {
+		return nil, fmt.Errorf("starting the container: %w", err)
+	}
+	u, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(port))
+	inst := &Instance{Name: cname, URL: u}
+	if err := r.waitHealthy(ctx, inst); err != nil {
+		stdout, stderr := r.pm.Logs(ctx, cname, 20)
+		r.pm.Remove(context.WithoutCancel(ctx), cname, 5)
+		return nil, fmt.Errorf("%v; last output:\n%s", err, strings.TrimSpace(podman.LastLines(stderr+stdout, 15)))
+	}
+	return inst, nil
+}
+
+// Current reports whether f's container is the one /fn/ routes to and still runs.
+func (r *Runner) Current(ctx context.Context, f Function) bool {
+	cur := r.Route(f.Namespace, f.Name)
+	if cur == nil || cur.Name != ContainerName(f) {
+		return false
+	}
+	st, err := r.pm.State(ctx, cur.Name)
+	return err == nil && st == "running"
+}
+
+// adopt takes over a running container of this name (after a restart of sless up). A running
+// container is never removed for answering its health check slowly: a busy handler can stall it.
+func (r *Runner) adopt(ctx context.Context, cname string) *Instance {
+	cs, err := r.List(ctx)
+	if err != nil {
+		return nil
+	}
+	for _, c := range cs {
+		if c.Name == cname && c.State == "running" {
+			u, err := url.Parse("http://127.0.0.1:" + c.Labels[runspec.LabelPort])
+			if err != nil {
+				return nil
+			}
+			inst := &Instance{Name: cname, URL: u}
+			if r.waitHealthy(ctx, inst) == nil {
+				return inst
+			}
+		}
+	}
+	return nil
+}
+
+var healthClient = &http.Client{Timeout: 2 * time.Second}
+
+func healthy(ctx context.Context, inst *Instance) bool {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, inst.URL.String()+runspec.HealthPath, nil)
+	resp, err := healthClient.Do(req)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// waitHealthy polls the health check until it answers, the container exits, or 60 s pass.
+func (r *Runner) waitHealthy(ctx context.Context, inst *Instance) error {
+	deadline := time.Now().Add(60 * time.Second)
+	lastState := time.Now()
+	for time.Now().Before(deadline) {
+		if healthy(ctx, inst) {
+			return nil
+		}
+		if time.Since(lastState) > 500*time.Millisecond {
+			lastState = time.Now()
+			if st, err := r.pm.State(ctx, inst.Name); err == nil && st != "running" && st != "created" {
+				return fmt.Errorf("the function exited at start (%s)", st)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return errors.New("the function did not answer its health check within 60 s")
+}
+
+// Stop removes ns/name's function containers except keep (and the route, if it pointed at one),
+// giving each grace seconds to finish its requests.
+func (r *Runner) Stop(ctx context.Context, ns, name, keep string, grace int) {
+	r.mu.Lock()
+	if cur := r.routes[ns+"/"+name]; cur != nil && cur.Name != keep {
+		delete(r.routes, ns+"/"+name)
+	}
+	r.mu.Unlock()
+	r.RemoveWhere(ctx, grace, func(c Container) bool {
+		return c.Labels[runspec.LabelRole] == string(runspec.RoleFunction) && c.Labels[runspec.LabelNamespace] == ns &&
+			c.Labels[runspec.LabelFunction] == name && c.Name != keep
+	})
+}
+
+// RemoveWhere removes this instance's containers that match, each within grace seconds.
+func (r *Runner) RemoveWhere(ctx context.Context, grace int, match func(Container) bool) {
+	cs, err := r.List(ctx)
+	if err != nil {
+		return
+	}
+	for _, c := range cs {
+		if match(c) {
+			r.pm.Remove(ctx, c.Name, grace)
+		}
+	}
+}
+
+// Run is one job or cron run.
+type Run struct {
+	// Container names the run; a restart of sless up attaches to it by this name.
+	Container string
+	Function  Function
+	Role      runspec.Role
+	Job       string // the job's name (RoleJob)
+	Event     string // the event, JSON text
+}
+
+// Outcome is how a run ended.
+type Outcome struct {
+	OK bool
+	// Message is the result (the handler's JSON) or the error.
+	Message string
+	// Interrupted: ctx ended first (sless up is stopping); the container was left running and the
+	// next start attaches to it (Attach).
+	Interrupted bool
+}
+
+// RunOnce runs a job-mode container to completion.
+func (r *Runner) RunOnce(ctx context.Context, run Run) Outcome {
+	resultDir := r.resultDir(run.Container)
+	r.pm.Remove(context.WithoutCancel(ctx), run.Container, 5)
+	os.RemoveAll(resultDir)
+	// Job mode writes its result (or error) to TERMINATION_LOG, as on Kubernetes; a host directory
+	// mounted there hands it over without depending on the log pipeline.
+	if err := os.MkdirAll(resultDir, 0o700); err != nil {
+		return Outcome{Message: err.Error()}
+	}
+	os.Chown(resultDir, runspec.UID, runspec.GID) // the function runs as 65532
+	labels := map[string]string{runspec.LabelInstance: r.instance, runspec.LabelNamespace: run.Function.Namespace,
+		runspec.LabelFunction: run.Function.Name, runspec.LabelRole: string(run.Role)}
+	if run.Job != "" {
+		labels[runspec.LabelJob] = run.Job
+	}
+	env := append(runspec.JobEnv(run.Function.instance(0), run.Event), runspec.EnvVar{Name: runspec.EnvTerminationLog, Value: "/run/sless/result"})
+	spec := podman.Spec{Name: run.Container, Image: run.Function.Image, Labels: labels, Env: toPodman(env), Detach: true,
+		MemoryMB: run.Function.MemoryMB, Volumes: []string{resultDir + ":/run/sless"}}
+	if _, err := r.pm.Start(context.WithoutCancel(ctx), spec); err != nil {
+		return Outcome{Message: err.Error()}
+	}
+	return r.Attach(ctx, run.Container)
+}
+
+// Attach waits for a started run to end (after a restart of sless up too) and returns its outcome:
+// the result it wrote, else the last line it printed, or its error output.
+func (r *Runner) Attach(ctx context.Context, container string) Outcome {
+	code, err := r.pm.Wait(ctx, container)
+	if ctx.Err() != nil {
+		return Outcome{Interrupted: true}
+	}
+	resultDir := r.resultDir(container)
+	defer os.RemoveAll(resultDir)
+	result, rerr := ReadResult(filepath.Join(resultDir, "result"))
+	stdout, stderr := r.pm.Logs(ctx, container, 50)
+	// conmon may still be writing the log when wait returns (seen under load): a successful run
+	// always prints its result, so give an empty log a moment.
+	for i := 0; err == nil && code == 0 && len(result) == 0 && strings.TrimSpace(stdout) == "" && i < 20; i++ {
+		time.Sleep(100 * time.Millisecond)
+		stdout, stderr = r.pm.Logs(ctx, container, 50)
+	}
+	r.pm.Remove(ctx, container, 5)
+	if err != nil {
+		return Outcome{Message: err.Error()}
+	}
+	if rerr != nil {
+		return Outcome{Message: "the run's result could not be read: " + rerr.Error()}
+	}
+	if code != 0 {
+		if msg := strings.TrimSpace(podman.LastLines(stderr, 10)); msg != "" {
+			return Outcome{Message: msg}
+		}
+		return Outcome{Message: strings.TrimSpace(result)}
+	}
+	if len(result) > 0 {
+		return Outcome{OK: true, Message: strings.TrimSpace(result)}
+	}
+	return Outcome{OK: true, Message: strings.TrimSpace(podman.LastLines(stdout, 1))}
+}
+
+func (r *Runner) resultDir(container string) string {
+	return filepath.Join(r.dataDir, "results", container)
+}
+
+// ErrNotRegular says a run's result is not a regular file (a symlink, a FIFO, a device).
+var ErrNotRegular = errors.New("the result is not a regular file")
+
+// ReadResult reads what a container wrote as its result without trusting it: the last path
+// element is not followed if it is a symlink, a FIFO or device never blocks the read (non-blocking
+// open, regular files only), and at most runspec.MaxResultBytes are read (a huge or sparse file
+// costs nothing). A missing file is an empty result.
+func ReadResult(path string) (string, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if errors.Is(err, syscall.ELOOP) {
+		return "", ErrNotRegular
+	}
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if !st.Mode().IsRegular() {
+		return "", ErrNotRegular
+	}
+	b, err := io.ReadAll(io.LimitReader(f, runspec.MaxResultBytes))
+	return string(b), err
+}

@@ -1,0 +1,88 @@
+package runtimeimages
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/sless-dev/sless/oci"
+	"github.com/sless-dev/sless/runtimes"
+)
+
+// ErrBaseMissing says a language base's layout is not in the bases directory.
+var ErrBaseMissing = errors.New("base image layout missing")
+
+// BaseDir is where runtime rt's base layout is expected under basesDir.
+func BaseDir(basesDir, rt string) string { return filepath.Join(basesDir, rt) }
+
+// Missing lists the runtimes whose base layout is not under basesDir.
+func Missing(basesDir string) []string {
+	var out []string
+	for _, rt := range runtimes.Names() {
+		if _, err := os.Stat(filepath.Join(BaseDir(basesDir, rt), "index.json")); err != nil {
+			out = append(out, rt)
+		}
+	}
+	return out
+}
+
+// Install pushes every runtime's base into registry (as sless/base-<runtime>, only when its digest
+// changed) and builds and pushes the runtime image (sless/runtime-<runtime>). It returns each
+// runtime's image by digest. progress, when set, hears what takes time.
+func Install(ctx context.Context, b *oci.Builder, registry, basesDir string, progress func(format string, args ...any)) (map[string]string, error) {
+	if progress == nil {
+		progress = func(string, ...any) {}
+	}
+	out := map[string]string{}
+	for _, rtName := range runtimes.Names() {
+		rt, _ := runtimes.Lookup(rtName)
+		dir := BaseDir(basesDir, rtName)
+		if _, err := os.Stat(filepath.Join(dir, "index.json")); err != nil {
+			return nil, fmt.Errorf("%w: the %s base is not in %s; build it with hack/build-bases.sh %s", ErrBaseMissing, rtName, basesDir, rtName)
+		}
+		lp, err := layout.FromPath(dir)
+		if err != nil {
+			return nil, fmt.Errorf("reading base %s: %w", dir, err)
+		}
+		idx, err := lp.ImageIndex()
+		if err != nil {
+			return nil, err
+		}
+		im, err := idx.IndexManifest()
+		if err != nil || len(im.Manifests) == 0 {
+			return nil, fmt.Errorf("base layout %s holds no image (%v)", dir, err)
+		}
+		img, err := idx.Image(im.Manifests[0].Digest)
+		if err != nil {
+			return nil, err
+		}
+		baseRef, err := name.ParseReference(registry + "/sless/base-" + rtName + ":latest")
+		if err != nil {
+			return nil, err
+		}
+		if desc, err := remote.Head(baseRef, remote.WithContext(ctx)); err != nil || desc.Digest != im.Manifests[0].Digest {
+			progress("installing the %s base image into the registry", rtName)
+			if err := remote.Write(baseRef, img, remote.WithContext(ctx)); err != nil {
+				return nil, fmt.Errorf("pushing the %s base: %w", rtName, err)
+			}
+		}
+		res, err := b.BuildRuntime(ctx, oci.RuntimeSource{Base: baseRef.String(), Name: rt.Name, Files: rt.Files(), Dir: "/app", Cmd: rt.Cmd, Env: rt.Env})
+		if err != nil {
+			return nil, fmt.Errorf("building the %s runtime image: %w", rtName, err)
+		}
+		ref, err := b.Push(ctx, res, registry+"/sless/runtime-"+rtName+":latest")
+		res.Close()
+		if err != nil {
+			return nil, fmt.Errorf("pushing the %s runtime image: %w", rtName, err)
+		}
+		out[rtName] = ref.String()
+		progress("runtime %s: %s", rtName, ref)
+	}
+	return out, nil
+}

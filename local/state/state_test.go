@@ -1,0 +1,180 @@
+package state_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/apitest"
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/local/state"
+)
+
+// bboltBackend is the single host's stores in a fresh state file.
+var bboltBackend = apitest.Backend{Name: "bbolt", New: func(t testing.TB, code codestore.Store, r api.Resolver) (api.Backend, apitest.Controller) {
+	db, err := state.Open(filepath.Join(t.TempDir(), "state.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return api.Backend{Namespaces: db.Namespaces, Functions: db.Functions, Triggers: db.Triggers, Jobs: db.Jobs,
+		Invocations: db.Invocations, Code: code, Resolver: r}, controller{db}
+}}
+
+// controller writes status as local's controller does: for the generation it read.
+type controller struct{ db *state.DB }
+
+func (c controller) SetFunctionStatus(ns, name string, f func(*apiv1.FunctionStatus)) error {
+	o, err := c.db.Functions.Get(context.Background(), ns, name)
+	if err != nil {
+		return err
+	}
+	return c.db.Functions.UpdateStatus(ns, name, o.Generation, f)
+}
+
+func (c controller) SetJobStatus(ns, name string, f func(*apiv1.JobStatus)) error {
+	o, err := c.db.Jobs.Get(context.Background(), ns, name)
+	if err != nil {
+		return err
+	}
+	return c.db.Jobs.UpdateStatus(ns, name, o.Generation, f)
+}
+
+// The API's conformance suite on the real bbolt state sless up serves from.
+func TestConformance(t *testing.T) { apitest.Run(t, bboltBackend) }
+
+// A status written for a generation the spec has moved past does not make the newer spec look
+// done, and a status write is not a spec change (no notification, no new generation).
+func TestStatusOfAnOlderGeneration(t *testing.T) {
+	var changes []string
+	db, err := state.Open(filepath.Join(t.TempDir(), "state.db"), func(k state.Kind, ns, name string) { changes = append(changes, string(k)+" "+name) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	o, err := db.Functions.Create(ctx, "ns", api.FunctionSpec{Name: "f", Runtime: "python3.11", CodeSHA256: "aaa"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := o.Generation // what a reconcile read
+	// The API records a new upload while that reconcile still runs.
+	if _, err := db.Functions.Update(ctx, "ns", "f", func(s *api.FunctionSpec) error { s.CodeSHA256 = "bbb"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Functions.UpdateStatus("ns", "f", read, func(s *apiv1.FunctionStatus) { s.Phase, s.Image = apiv1.PhaseReady, "img-a" }); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := db.Functions.Get(ctx, "ns", "f")
+	if got.ObservedGeneration != read || got.Generation != read+1 || got.Spec.CodeSHA256 != "bbb" || got.Status.Image != "img-a" {
+		t.Fatalf("got %+v: the status describes generation %d, the spec is newer", got, read)
+	}
+	if want := []string{"function f", "function f"}; len(changes) != len(want) {
+		t.Errorf("changes %v, want %v (status writes are not spec changes)", changes, want)
+	}
+	// An update that changes nothing is no new generation.
+	db.Functions.Update(ctx, "ns", "f", func(s *api.FunctionSpec) error { s.CodeSHA256 = "bbb"; return nil })
+	if again, _ := db.Functions.Get(ctx, "ns", "f"); again.Generation != got.Generation || len(changes) != 2 {
+		t.Errorf("a no-op update moved the generation to %d or notified (%v)", again.Generation, changes)
+	}
+	// An older observation never lowers what was observed.
+	db.Functions.UpdateStatus("ns", "f", got.Generation, func(*apiv1.FunctionStatus) {})
+	db.Functions.UpdateStatus("ns", "f", read, func(*apiv1.FunctionStatus) {})
+	if o, _ := db.Functions.Get(ctx, "ns", "f"); o.ObservedGeneration != got.Generation {
+		t.Errorf("observed generation went back to %d", o.ObservedGeneration)
+	}
+}
+
+// A state file written by an earlier sless up (schema 1: each object one apiv1 value, the code
+// hash in its status) opens with every object carried over: specs, status, and what is observed.
+func TestMigratesSchema1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	writeSchema1(t, path)
+	db, err := state.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ready, err := db.Functions.Get(ctx, "sless-1", "ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ready.Spec.CodeSHA256 != "c0de" || ready.Spec.MemoryMB != 256 || ready.Spec.EnvVars["A"] != "1" || ready.Status.Phase != apiv1.PhaseReady ||
+		ready.Status.Image != "reg/sless-1/ready@sha256:1" || ready.Generation != 1 || ready.ObservedGeneration != 1 {
+		t.Errorf("ready function migrated to %+v", ready)
+	}
+	if b, _ := db.Functions.Get(ctx, "sless-1", "building"); b.ObservedGeneration >= b.Generation || b.Spec.CodeSHA256 != "beef" {
+		t.Errorf("a function still building must stay unobserved (Pending until reconciled): %+v", b)
+	}
+	tr, err := db.Triggers.Get(ctx, "sless-1", "web")
+	if err != nil || tr.Spec.Type != apiv1.TriggerHTTP || tr.Spec.FunctionRef != "ready" || tr.Spec.Enabled == nil || *tr.Spec.Enabled || tr.Status.Active {
+		t.Errorf("trigger migrated to %+v (%v)", tr, err)
+	}
+	done, _ := db.Jobs.Get(ctx, "sless-1", "done")
+	asked, _ := db.Jobs.Get(ctx, "sless-1", "asked")
+	if done.Status.Phase != apiv1.JobSucceeded || done.ObservedGeneration != done.Generation || asked.ObservedGeneration >= asked.Generation || asked.Spec.RunID != 2 {
+		t.Errorf("jobs migrated to %+v and %+v", done, asked)
+	}
+	b, err := db.Build("sless-1", "ready")
+	if err != nil || b.Image != "reg/sless-1/ready@sha256:1" || len(b.Images) != 2 || b.Key != "" ||
+		b.Legacy != state.LegacyKey("c0de", "python3.11", "handler.handle", "reg/sless/runtime-python3.11@sha256:r") || b.LegacyFailed != "" {
+		t.Errorf("build record migrated to %+v (%v)", b, err)
+	}
+	db.Close()
+	// Opening again migrates nothing twice.
+	db, err = state.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if again, _ := db.Functions.Get(ctx, "sless-1", "ready"); again.Spec.CodeSHA256 != "c0de" || again.Generation != 1 {
+		t.Errorf("second open: %+v", again)
+	}
+}
+
+// writeSchema1 writes what sless up wrote before spec and status were apart.
+func writeSchema1(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	no := false
+	put := func(tx *bolt.Tx, bucket, key string, v any) {
+		b, err := tx.CreateBucketIfNotExists([]byte(bucket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(v)
+		if err := b.Put([]byte(key), raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		put(tx, "namespaces", "sless-1", map[string]any{})
+		put(tx, "functions", "sless-1/ready", map[string]any{"name": "ready", "runtime": "python3.11", "entrypoint": "handler.handle",
+			"memory_mb": 256, "timeout_sec": 30, "env_vars": map[string]string{"A": "1"},
+			"status": map[string]any{"phase": "Ready", "image": "reg/sless-1/ready@sha256:1", "code_sha256": "c0de", "url": "http://old/fn/sless-1/ready"}})
+		put(tx, "functions", "sless-1/building", map[string]any{"name": "building", "runtime": "nodejs20",
+			"status": map[string]any{"phase": "Building", "code_sha256": "beef"}})
+		put(tx, "triggers", "sless-1/web", map[string]any{"name": "web", "type": "http", "function_ref": "ready", "enabled": &no,
+			"status": map[string]any{"active": false, "url": "http://old/fn/sless-1/ready"}})
+		put(tx, "jobs", "sless-1/done", map[string]any{"name": "done", "function_ref": "ready", "run_id": 1,
+			"status": map[string]any{"phase": "Succeeded", "last_run_id": 1, "message": "{}"}})
+		put(tx, "jobs", "sless-1/asked", map[string]any{"name": "asked", "function_ref": "ready", "run_id": 2,
+			"status": map[string]any{"phase": "Pending", "last_run_id": 1}})
+		put(tx, "builds", "sless-1/ready", map[string]any{"code_sha256": "c0de", "runtime": "python3.11", "entrypoint": "handler.handle",
+			"runtime_ref": "reg/sless/runtime-python3.11@sha256:r", "image": "reg/sless-1/ready@sha256:1",
+			"images": []string{"reg/sless-1/ready@sha256:0", "reg/sless-1/ready@sha256:1"}})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,113 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/local/runner"
+	"github.com/sless-dev/sless/local/state"
+	"github.com/sless-dev/sless/runspec"
+)
+
+// reconcileTrigger writes a trigger's status: active when enabled and, for a cron trigger, when
+// its function has an image to run (as the Kubernetes backend reports it).
+func (c *controller) reconcileTrigger(ctx context.Context, ns, name string) error {
+	t, err := c.p.db.Triggers.Get(ctx, ns, name)
+	if err != nil {
+		return err
+	}
+	active := t.Spec.Enabled == nil || *t.Spec.Enabled
+	if t.Spec.Type == apiv1.TriggerCron {
+		if b, err := c.p.db.Build(ns, t.Spec.FunctionRef); err != nil || b.Image == "" {
+			active = false // the function's build enqueues its cron triggers (enqueueJobsOf)
+		}
+	}
+	return ignoreNotFound(c.p.db.Triggers.UpdateStatus(ns, name, t.Generation, func(s *apiv1.TriggerStatus) { s.Active = active }))
+}
+
+// enqueueJobsOf reconciles the jobs and triggers of a function that just got a new image.
+func (c *controller) enqueueJobsOf(ns, fname string) {
+	if js, err := c.p.db.Jobs.List(context.Background(), ns); err == nil {
+		for _, j := range js {
+			if j.Spec.FunctionRef == fname {
+				c.queue.Add(key{state.KindJob, ns, j.Spec.Name})
+			}
+		}
+	}
+	if ts, err := c.p.db.Triggers.List(context.Background(), ns); err == nil {
+		for _, t := range ts {
+			if t.Spec.FunctionRef == fname {
+				c.queue.Add(key{state.KindTrigger, ns, t.Spec.Name})
+			}
+		}
+	}
+}
+
+func jobContainer(ns, job string, runID int64) string {
+	return fmt.Sprintf("sless-job-%s-%s-%d", ns, job, runID)
+}
+
+// reconcileJob starts a run when run_id is above the last run (the seed's rule; 0 never runs).
+func (c *controller) reconcileJob(ctx context.Context, ns, jname string) error {
+	p := c.p
+	job, err := p.db.Jobs.Get(ctx, ns, jname)
+	if errors.Is(err, api.ErrNotFound) {
+		p.run.RemoveWhere(ctx, 5, func(ct runner.Container) bool {
+			return ct.Labels[runspec.LabelRole] == string(runspec.RoleJob) && ct.Labels[runspec.LabelNamespace] == ns && ct.Labels[runspec.LabelJob] == jname
+		})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	spec, gen := job.Spec, job.Generation
+	setStatus := func(f func(*apiv1.JobStatus)) error { return ignoreNotFound(p.db.Jobs.UpdateStatus(ns, jname, gen, f)) }
+	switch {
+	case spec.RunID == 0:
+		return setStatus(func(s *apiv1.JobStatus) { s.Phase = apiv1.JobSkipped })
+	case spec.RunID <= job.Status.LastRunID:
+		return setStatus(func(*apiv1.JobStatus) {}) // this run happened (or runs): nothing to do
+	}
+	fn, err := p.db.Functions.Get(ctx, ns, spec.FunctionRef)
+	b, _ := p.db.Build(ns, spec.FunctionRef)
+	if err != nil || b.Image == "" {
+		return setStatus(func(s *apiv1.JobStatus) {
+			*s = apiv1.JobStatus{Phase: apiv1.JobPending, Message: fmt.Sprintf("waiting for function %q to be built", spec.FunctionRef), LastRunID: s.LastRunID}
+		})
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	runID := spec.RunID
+	if err := setStatus(func(s *apiv1.JobStatus) {
+		*s = apiv1.JobStatus{Phase: apiv1.JobRunning, LastRunID: runID, StartTime: &now}
+	}); err != nil {
+		return err
+	}
+	run := runner.Run{Container: jobContainer(ns, jname, runID), Role: runspec.RoleJob, Job: jname, Event: spec.EventJSON,
+		Function: runner.Function{Namespace: ns, Name: fn.Spec.Name, Image: b.Image, Env: fn.Spec.EnvVars, TimeoutSec: fn.Spec.TimeoutSec, MemoryMB: fn.Spec.MemoryMB}}
+	c.runs.Add(1)
+	go func() {
+		defer c.runs.Done()
+		if out := p.run.RunOnce(ctx, run); !out.Interrupted {
+			c.finishJob(ns, jname, runID, out)
+		}
+	}()
+	return nil
+}
+
+func (c *controller) finishJob(ns, jname string, runID int64, out runner.Outcome) {
+	done := time.Now().UTC().Truncate(time.Second)
+	c.p.db.Jobs.UpdateStatus(ns, jname, 0, func(s *apiv1.JobStatus) {
+		if s.LastRunID != runID {
+			return // a newer run took over
+		}
+		s.Phase = apiv1.JobFailed
+		if out.OK {
+			s.Phase = apiv1.JobSucceeded
+		}
+		s.Message, s.CompletionTime = out.Message, &done
+	})
+}

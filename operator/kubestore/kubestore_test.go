@@ -1,0 +1,162 @@
+package kubestore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/apitest"
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/internal/kubetest"
+	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
+	"github.com/sless-dev/sless/operator/kubestore"
+	"github.com/sless-dev/sless/operator/resources"
+)
+
+var shared kubetest.Shared
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	shared.Stop()
+	os.Exit(code)
+}
+
+// kubeBackend is the Kubernetes store on a real kube-apiserver (one per test binary: every Env is
+// its own tenant, and a deleted namespace stays Terminating there, with no namespace controller).
+var kubeBackend = apitest.Backend{Name: "kubestore", New: func(t testing.TB, code codestore.Store, r api.Resolver) (api.Backend, apitest.Controller) {
+	c := shared.Get(t).Client
+	return kubestore.New(c, code, resources.TenantConfig{OperatorNamespace: "sless-system", DockerConfigJSON: []byte(`{"auths":{}}`)}, r), controller{c}
+}}
+
+// controller plays the reconcilers: it writes the CRDs' status with observedGeneration.
+type controller struct{ c client.Client }
+
+func (k controller) SetFunctionStatus(ns, name string, f func(*apiv1.FunctionStatus)) error {
+	ctx := context.Background()
+	var fn slessv1.Function
+	if err := k.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &fn); err != nil {
+		return err
+	}
+	st := apiv1.FunctionStatus{Phase: fn.Status.Phase, Image: fn.Status.Image, Message: fn.Status.Message}
+	f(&st)
+	fn.Status.Phase, fn.Status.Image, fn.Status.Message, fn.Status.ObservedGeneration = st.Phase, st.Image, st.Message, fn.Generation
+	return k.c.Status().Update(ctx, &fn)
+}
+
+func (k controller) SetJobStatus(ns, name string, f func(*apiv1.JobStatus)) error {
+	ctx := context.Background()
+	var j slessv1.FunctionJob
+	if err := k.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &j); err != nil {
+		return err
+	}
+	st := apiv1.JobStatus{Phase: j.Status.Phase, Message: j.Status.Message, LastRunID: j.Status.LastRunID}
+	f(&st)
+	j.Status.Phase, j.Status.Message, j.Status.LastRunID, j.Status.ObservedGeneration = st.Phase, st.Message, st.LastRunID, j.Generation
+	return k.c.Status().Update(ctx, &j)
+}
+
+// The API's conformance suite on the CRDs.
+func TestConformance(t *testing.T) { apitest.Run(t, kubeBackend) }
+
+// What only the Kubernetes store does: tenant namespaces with their policy objects, env vars in
+// the spec sorted by name, the upload in spec.codeSHA256, and no status written by the API.
+func TestKubernetesObjects(t *testing.T) {
+	e := apitest.NewEnv(t, kubeBackend)
+	ctx := context.Background()
+	c := shared.Get(t).Client
+	e.Ensure()
+	var nsObj corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: e.NS}, &nsObj); err != nil || nsObj.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Fatalf("namespace %v %v", nsObj.Labels, err)
+	}
+	var secretObj corev1.Secret
+	if err := c.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: "sless-registry"}, &secretObj); err != nil {
+		t.Errorf("pull secret: %v", err)
+	}
+	f, err := e.C.CreateFunction(ctx, apiv1.Function{Name: "hello", Runtime: "python3.11", EnvVars: map[string]string{"B": "2", "A": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := apitest.ZipOf(t, map[string]string{"handler.py": "def handle(e): return 1\n"})
+	up, err := e.C.Upload(ctx, "hello", bytes.NewReader(z), int64(len(z)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.MemoryMB = 256
+	if _, err := e.C.UpdateFunction(ctx, *f); err != nil {
+		t.Fatal(err)
+	}
+	var crd slessv1.Function
+	if err := c.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: "hello"}, &crd); err != nil {
+		t.Fatal(err)
+	}
+	if len(crd.Spec.Env) != 2 || crd.Spec.Env[0].Name != "A" || crd.Spec.CodeSHA256 != up.CodeSHA256 || crd.Spec.MemoryMB != 256 {
+		t.Errorf("spec %+v", crd.Spec)
+	}
+	if crd.Generation != 3 {
+		t.Errorf("generation %d after create, upload and update; want 3", crd.Generation)
+	}
+	if crd.Status.Phase != "" || crd.Status.URL != "" || crd.Status.ObservedGeneration != 0 {
+		t.Errorf("the API wrote status %+v: status is the reconcilers' alone", crd.Status)
+	}
+}
+
+// /fn/ goes to a ready pod of the function's Service: read from its EndpointSlices (created here:
+// envtest runs no EndpointSlice controller), skipping endpoints that are not ready or terminating,
+// round-robin over the rest.
+func TestEndpointResolver(t *testing.T) {
+	env := kubetest.Start(t)
+	ctx := context.Background()
+	ns := "sless-00000000000000e1"
+	env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	r := &kubestore.EndpointResolver{Reader: env.Client}
+	var nr *api.NotReadyError
+	if _, err := r.Resolve(ctx, ns, "fn"); !errors.As(err, &nr) {
+		t.Fatalf("no endpoints: %v", err)
+	}
+	yes, no := true, false
+	port, portName := int32(8080), ""
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "fn-abc", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: "fn"}},
+		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: &portName, Port: &port}},
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.88.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: &no}},
+			{Addresses: []string{"10.88.0.8"}, Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}},
+		}}
+	if err := env.Client.Create(ctx, slice); err != nil {
+		t.Fatal(err)
+	}
+	other := slice.DeepCopy()
+	other.Name, other.Labels, other.ResourceVersion = "other-abc", map[string]string{discoveryv1.LabelServiceName: "other"}, ""
+	other.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"10.88.0.99"}, Conditions: discoveryv1.EndpointConditions{Ready: &yes}}}
+	if err := env.Client.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Resolve(ctx, ns, "fn"); !errors.As(err, &nr) {
+		t.Fatalf("only unready and terminating endpoints (and another service's): %v", err)
+	}
+	slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.88.0.9"}, Conditions: discoveryv1.EndpointConditions{Ready: &yes}},
+		discoveryv1.Endpoint{Addresses: []string{"10.88.0.10"}})
+	if err := env.Client.Update(ctx, slice); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for i := 0; i < 4; i++ {
+		u, err := r.Resolve(ctx, ns, "fn")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[u.Host]++
+	}
+	if len(seen) != 2 || seen["10.88.0.9:8080"] != 2 || seen["10.88.0.10:8080"] != 2 {
+		t.Errorf("picked %v, want 10.88.0.9:8080 and 10.88.0.10:8080 in turn", seen)
+	}
+}

@@ -1,0 +1,180 @@
+package runspec
+
+import (
+	"encoding/json"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sless-dev/sless/api/apiv1"
+)
+
+const (
+	// Port is where every runtime listens unless told otherwise (PORT).
+	Port = 8080
+	// UID and GID of every function process; the images declare User "65532:65532" (numeric, so
+	// Kubernetes' runAsNonRoot can check it).
+	UID = 65532
+	GID = 65532
+	// MaxResultBytes bounds a job's result (the termination message on Kubernetes).
+	MaxResultBytes = 4096
+	// HealthPath answers 200 once the handler is loaded.
+	HealthPath = "/health"
+)
+
+// Labels on everything sless runs: pods, Jobs, Services (Kubernetes) and podman containers.
+const (
+	LabelFunction = "sless.dev/function"
+	LabelRole     = "sless.dev/role"
+	// LabelNamespace, LabelInstance, LabelPort and LabelJob are the single host's: podman has no
+	// namespaces, several `sless up` may share one podman storage, and an instance's port and a
+	// job's name are read back from its container after a restart.
+	LabelNamespace = "sless.dev/namespace"
+	LabelInstance  = "sless.dev/instance"
+	LabelPort      = "sless.dev/port"
+	LabelJob       = "sless.dev/job"
+	// LabelManagedBy marks Kubernetes objects the operator made (and the tenants' namespaces).
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "sless-operator"
+)
+
+// Role is what an instance runs for.
+type Role string
+
+// Roles.
+const (
+	RoleFunction Role = "function" // serves /fn/
+	RoleJob      Role = "job"      // one run of a job
+	RoleCron     Role = "cron"     // one run of a cron trigger
+	RoleDeps     Role = "deps"     // a dependency install
+)
+
+// Labels of a function's instances and runs in role r.
+func Labels(function string, r Role) map[string]string {
+	return map[string]string{LabelFunction: function, LabelRole: string(r)}
+}
+
+// Environment variable names of the contract (runtimes/README.md).
+const (
+	EnvPort           = "PORT"
+	EnvHost           = "HOST"
+	EnvTimeoutSec     = "TIMEOUT_SEC"
+	EnvGraceSec       = "GRACE_SEC"
+	EnvJobMode        = "JOB_MODE"
+	EnvEventJSON      = "EVENT_JSON"
+	EnvTerminationLog = "TERMINATION_LOG"
+	// EnvCronJob carries the name of the Kubernetes Job a CronJob made for one run, "<cronjob>-<minutes
+	// since the epoch of the scheduled time>". A CronJob's template cannot hold the scheduled time, so
+	// the runtime fills the event's scheduled_time from it (see CronEvent).
+	EnvCronJob = "SLESS_CRON_JOB"
+)
+
+// reserved are set by the platform or the runtime image; a user's value would break the runtime.
+var reserved = map[string]bool{"HANDLER": true, EnvPort: true, EnvHost: true, "FUNCTION_DIR": true,
+	EnvTimeoutSec: true, "MAX_BODY_BYTES": true, EnvGraceSec: true, EnvJobMode: true, EnvEventJSON: true,
+	EnvTerminationLog: true, EnvCronJob: true, "PYTHONPATH": true, "NODE_PATH": true}
+
+// Reserved reports whether name is set by the platform, so a user may not set it.
+func Reserved(name string) bool { return reserved[name] }
+
+// EnvVar is one variable, in the order Env returns them.
+type EnvVar struct{ Name, Value string }
+
+// Instance is what an instance's environment depends on.
+type Instance struct {
+	// EnvVars are the user's variables.
+	EnvVars map[string]string
+	// TimeoutSec bounds one invocation; it also sets how long a stopping instance finishes its
+	// requests (GRACE_SEC).
+	TimeoutSec int
+	// Port and Host are where the runtime listens. The defaults are Port and every interface.
+	Port int
+	Host string
+}
+
+// Env is what a function instance gets at run time (never baked into the image): the user's
+// variables sorted by name, then the platform's.
+func Env(in Instance) []EnvVar {
+	keys := make([]string, 0, len(in.EnvVars))
+	for k := range in.EnvVars {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]EnvVar, 0, len(keys)+4)
+	for _, k := range keys {
+		out = append(out, EnvVar{k, in.EnvVars[k]})
+	}
+	port := in.Port
+	if port == 0 {
+		port = Port
+	}
+	timeout := max(in.TimeoutSec, 1)
+	out = append(out, EnvVar{EnvPort, strconv.Itoa(port)}, EnvVar{EnvTimeoutSec, strconv.Itoa(timeout)},
+		EnvVar{EnvGraceSec, strconv.Itoa(GraceSec(in.TimeoutSec))})
+	if in.Host != "" {
+		out = append(out, EnvVar{EnvHost, in.Host})
+	}
+	return out
+}
+
+// GraceSec is how long a stopping instance keeps finishing its requests: the invocation timeout
+// and two seconds to write the answers.
+func GraceSec(timeoutSec int) int { return max(timeoutSec, 1) + 2 }
+
+// JobEnv is what one job or cron run gets: Env plus job mode and the event (JSON text; "" is {}).
+func JobEnv(in Instance, event string) []EnvVar {
+	if event == "" {
+		event = "{}"
+	}
+	return append(Env(in), EnvVar{EnvJobMode, "1"}, EnvVar{EnvEventJSON, event})
+}
+
+// CronEvent is the event of one cron run: {"source":"cron","trigger":…,"scheduled_time":…}. With a
+// zero time the scheduled_time is left out, for the runtime to fill from EnvCronJob (Kubernetes).
+func CronEvent(trigger string, scheduled time.Time) string {
+	ev := map[string]string{"source": "cron", "trigger": trigger}
+	if !scheduled.IsZero() {
+		ev["scheduled_time"] = scheduled.UTC().Format(time.RFC3339)
+	}
+	b, _ := json.Marshal(ev)
+	return string(b)
+}
+
+// ScheduledTimeOfJob is the scheduled time a CronJob encodes in the name of the Job it makes for
+// one run ("<cronjob>-<minutes since the epoch>"), what the runtimes compute from EnvCronJob.
+func ScheduledTimeOfJob(job string) (time.Time, bool) {
+	i := strings.LastIndexByte(job, '-')
+	if i < 0 {
+		return time.Time{}, false
+	}
+	m, err := strconv.ParseInt(job[i+1:], 10, 64)
+	if err != nil || m <= 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(m*60, 0).UTC(), true
+}
+
+// DisabledBy says whether a function is switched off by its http triggers (it has at least one and
+// none is enabled) and names them. Both backends scale by this rule and /fn/ answers 503 by it.
+func DisabledBy(triggers []apiv1.Trigger, function string) (bool, []string) {
+	var names []string
+	for _, t := range triggers {
+		if t.FunctionRef != function || t.Type != apiv1.TriggerHTTP {
+			continue
+		}
+		if t.IsEnabled() {
+			return false, nil
+		}
+		names = append(names, t.Name)
+	}
+	return len(names) > 0, names
+}
+
+// FunctionPath is a function's path on the API's address: /fn/{namespace}/{name}.
+func FunctionPath(ns, name string) string { return "/fn/" + ns + "/" + name }
+
+// FunctionURL is a function's public URL under the API's base URL.
+func FunctionURL(base, ns, name string) string {
+	return strings.TrimRight(base, "/") + FunctionPath(ns, name)
+}
