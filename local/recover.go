@@ -24,6 +24,12 @@ func (c *controller) recover(ctx context.Context) error {
 	for ns, list := range fns {
 		for _, f := range list {
 			known[ns+"/"+f.Spec.Name] = true
+			// A container that runs this function's current build serves at once: /fn/ answers from
+			// the moment the platform is ready, before the controller gets to the function.
+			if b, err := p.db.Build(ns, f.Spec.Name); err == nil && b.Image != "" && f.Spec.CodeSHA256 != "" {
+				p.run.Adopt(ctx, runner.Function{Namespace: ns, Name: f.Spec.Name, Image: b.Image, Env: f.Spec.EnvVars,
+					TimeoutSec: f.Spec.TimeoutSec, MemoryMB: f.Spec.MemoryMB})
+			}
 		}
 	}
 	jobs, err := p.db.Jobs.All()

@@ -265,7 +265,7 @@ func TestAccBadConfig(t *testing.T) {
   function_ref = "x"
   type = "cron"
   schedule = "every day at nine"
-}`, `not a 5-field cron expression`, true},
+}`, `(?s)not\s+a\s+5-field\s+cron\s+expression`, true},
 		{"bad trigger type", `resource "sless_trigger" "t" {
   name = "t"
   function_ref = "x"

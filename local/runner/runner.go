@@ -174,6 +174,16 @@ func (r *Runner) Serve(ctx context.Context, f Function, port int) (*Instance, er
 	return inst, nil
 }
 
+// Adopt routes /fn/ to f's container if one of this name runs and answers its health check (after
+// a restart of sless up, before the platform reports ready), and reports whether it did.
+func (r *Runner) Adopt(ctx context.Context, f Function) bool {
+	inst := r.adopt(ctx, ContainerName(f))
+	if inst != nil {
+		r.Switch(f.Namespace, f.Name, inst)
+	}
+	return inst != nil
+}
+
 // Current reports whether f's container is the one /fn/ routes to and still runs.
 func (r *Runner) Current(ctx context.Context, f Function) bool {
 	cur := r.Route(f.Namespace, f.Name)
