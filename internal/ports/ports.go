@@ -1,4 +1,3 @@
-// Package ports picks loopback ports at run time.
 package ports
 
 import "net"

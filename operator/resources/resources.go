@@ -1,7 +1,3 @@
-// Package resources builds the Kubernetes objects the operator owns for sless objects, as pure
-// functions (knative's resources/ style): a Function's Deployment and Service, a FunctionJob's Job,
-// a cron Trigger's CronJob, and a dependency install Job. Reconcilers create or update exactly
-// these; tests compare them field by field.
 package resources
 
 import (

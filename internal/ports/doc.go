@@ -1,0 +1,2 @@
+// Package ports picks loopback ports at run time.
+package ports
