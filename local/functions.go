@@ -27,21 +27,33 @@ func (c *controller) reconcileFunction(ctx context.Context, ns, name string) err
 	if err != nil {
 		return err
 	}
-	spec, gen := obj.Spec, obj.Generation
-	// The status describes generation gen; a spec that moved on meanwhile keeps showing Pending.
+	// The status describes the generation read here; a spec that moved on meanwhile keeps
+	// showing Pending until its own reconcile.
 	setStatus := func(f func(*apiv1.FunctionStatus)) error {
-		return ignoreNotFound(p.db.Functions.UpdateStatus(ns, name, gen, f))
+		return ignoreNotFound(p.db.Functions.UpdateStatus(ns, name, obj.Generation, f))
 	}
-	if spec.CodeSHA256 == "" {
+	if obj.Spec.CodeSHA256 == "" {
 		return setStatus(func(s *apiv1.FunctionStatus) {
 			s.Phase, s.Message = apiv1.PhasePending, "waiting for code: upload a zip"
 		})
 	}
-	b, err := p.db.Build(ns, name)
-	if err != nil {
+	image, err := c.ensureBuilt(ctx, ns, obj.Spec, setStatus)
+	if err != nil || image == "" {
 		return err
 	}
-	req := build.Request{Namespace: ns, Function: name, Runtime: spec.Runtime, Entrypoint: spec.Entrypoint, CodeSHA256: spec.CodeSHA256}
+	return c.ensureRunning(ctx, ns, obj.Spec, image, setStatus)
+}
+
+// ensureBuilt returns the image of the spec's current build, building it when the build key
+// changed. "" without an error: this build failed through the function's own fault (its status
+// says why) and is not retried until the key changes.
+func (c *controller) ensureBuilt(ctx context.Context, ns string, spec api.FunctionSpec, setStatus func(func(*apiv1.FunctionStatus)) error) (string, error) {
+	p := c.p
+	b, err := p.db.Build(ns, spec.Name)
+	if err != nil {
+		return "", err
+	}
+	req := build.Request{Namespace: ns, Function: spec.Name, Runtime: spec.Runtime, Entrypoint: spec.Entrypoint, CodeSHA256: spec.CodeSHA256}
 	k := c.pipeline.Key(req)
 	if b.Legacy != "" || b.LegacyFailed != "" {
 		// Built by an earlier sless up: its identity of the same inputs becomes the key, so an
@@ -55,69 +67,77 @@ func (c *controller) reconcileFunction(ctx context.Context, ns, name string) err
 			b.FailedKey = k
 		}
 		b.Legacy, b.LegacyFailed = "", ""
-		if err := p.db.PutBuild(ns, name, b); err != nil {
-			return err
+		if err := p.db.PutBuild(ns, spec.Name, b); err != nil {
+			return "", err
 		}
 	}
-	if b.Image == "" || b.Key != k {
-		if b.FailedKey == k {
-			// This exact build failed already; a new upload or spec change retries.
-			return setStatus(func(s *apiv1.FunctionStatus) {
-				if s.Phase != apiv1.PhaseFailed {
-					s.Phase, s.Message = apiv1.PhaseFailed, "the last build of this code failed; upload a fix"
-				}
-			})
-		}
-		if err := setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseBuilding, "" }); err != nil {
-			return err
-		}
-		res, err := c.pipeline.Build(ctx, req)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err() // stopping: the next start builds again
-			}
-			user := build.IsUserError(err)
-			if user {
-				// This code will fail the same way again: do not retry it until it changes.
-				b.FailedKey = k
-				if err := p.db.PutBuild(ns, name, b); err != nil {
-					return err
-				}
-			}
-			if err := setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseFailed, build.Message(err) }); err != nil {
-				return err
-			}
-			if user {
-				p.log.Info("build failed", "namespace", ns, "function", name, "error", err)
-				return nil
-			}
-			return fmt.Errorf("building %s/%s: %w", ns, name, err)
-		}
-		b.Key, b.Image, b.FailedKey, b.Images = res.Key, res.Image, "", append(b.Images, res.Image)
-		if err := p.db.PutBuild(ns, name, b); err != nil {
-			return err
-		}
-		now := time.Now().UTC().Truncate(time.Second)
-		if err := setStatus(func(s *apiv1.FunctionStatus) {
-			s.Image, s.LastBuiltAt, s.Message = res.Image, &now, "built; starting"
-			s.Build = &apiv1.BuildInfo{DurationMS: res.Duration.Milliseconds(), DepsKey: res.DepsKey, DepsCached: res.DepsCached, DepsWarning: res.DepsWarning}
-		}); err != nil {
-			return err
-		}
-		c.enqueueJobsOf(ns, name)
+	if b.Image != "" && b.Key == k {
+		return b.Image, nil
 	}
+	if b.FailedKey == k {
+		// This exact build failed already; a new upload or spec change retries.
+		return "", setStatus(func(s *apiv1.FunctionStatus) {
+			if s.Phase != apiv1.PhaseFailed {
+				s.Phase, s.Message = apiv1.PhaseFailed, "the last build of this code failed; upload a fix"
+			}
+		})
+	}
+	if err := setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseBuilding, "" }); err != nil {
+		return "", err
+	}
+	res, err := c.pipeline.Build(ctx, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err() // stopping: the next start builds again
+		}
+		user := build.IsUserError(err)
+		if user {
+			// This code will fail the same way again: do not retry it until it changes.
+			b.FailedKey = k
+			if err := p.db.PutBuild(ns, spec.Name, b); err != nil {
+				return "", err
+			}
+		}
+		if err := setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseFailed, build.Message(err) }); err != nil {
+			return "", err
+		}
+		if user {
+			p.log.Info("build failed", "namespace", ns, "function", spec.Name, "error", err)
+			return "", nil
+		}
+		return "", fmt.Errorf("building %s/%s: %w", ns, spec.Name, err)
+	}
+	b.Key, b.Image, b.FailedKey, b.Images = res.Key, res.Image, "", append(b.Images, res.Image)
+	if err := p.db.PutBuild(ns, spec.Name, b); err != nil {
+		return "", err
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	if err := setStatus(func(s *apiv1.FunctionStatus) {
+		s.Image, s.LastBuiltAt, s.Message = res.Image, &now, "built; starting"
+		s.Build = &apiv1.BuildInfo{DurationMS: res.Duration.Milliseconds(), DepsKey: res.DepsKey, DepsCached: res.DepsCached, DepsWarning: res.DepsWarning}
+	}); err != nil {
+		return "", err
+	}
+	c.enqueueJobsOf(ns, spec.Name)
+	return res.Image, nil
+}
 
+// ensureRunning runs image as the function's container (a new one beside the old, which goes once
+// /fn/ switched), or none when its http triggers switch it off.
+func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.FunctionSpec, image string, setStatus func(func(*apiv1.FunctionStatus)) error) error {
+	p := c.p
 	triggers, err := p.db.Triggers.List(ctx, ns)
 	if err != nil {
 		return err
 	}
-	if off, names := runspec.DisabledBy(wireTriggers(triggers), name); off {
-		p.run.Stop(ctx, ns, name, "", runspec.GraceSec(spec.TimeoutSec)+3)
+	grace := runspec.GraceSec(spec.TimeoutSec) + 3
+	if off, names := runspec.DisabledBy(wireTriggers(triggers), spec.Name); off {
+		p.run.Stop(ctx, ns, spec.Name, "", grace)
 		return setStatus(func(s *apiv1.FunctionStatus) {
 			s.Phase, s.Message = apiv1.PhaseReady, "stopped: disabled by trigger "+strings.Join(names, ", ")
 		})
 	}
-	f := runner.Function{Namespace: ns, Name: name, Image: b.Image, Env: spec.EnvVars, TimeoutSec: spec.TimeoutSec, MemoryMB: spec.MemoryMB}
+	f := runner.Function{Namespace: ns, Name: spec.Name, Image: image, Env: spec.EnvVars, TimeoutSec: spec.TimeoutSec, MemoryMB: spec.MemoryMB}
 	if !p.run.Current(ctx, f) {
 		port, err := ports.Free()
 		if err != nil {
@@ -129,18 +149,18 @@ func (c *controller) reconcileFunction(ctx context.Context, ns, name string) err
 			if serr := setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseFailed, err.Error() }); serr != nil {
 				return serr
 			}
-			return fmt.Errorf("starting %s/%s: %w", ns, name, err)
+			return fmt.Errorf("starting %s/%s: %w", ns, spec.Name, err)
 		}
-		p.run.Switch(ns, name, inst) // new requests go to the new container from here on
+		p.run.Switch(ns, spec.Name, inst) // new requests go to the new container from here on
 		// The old container gets SIGTERM and finishes what it is serving (up to the function's
 		// timeout); Ready does not wait for it.
 		c.runs.Add(1)
 		go func() {
 			defer c.runs.Done()
-			p.run.Stop(context.WithoutCancel(ctx), ns, name, inst.Name, runspec.GraceSec(spec.TimeoutSec)+3)
+			p.run.Stop(context.WithoutCancel(ctx), ns, spec.Name, inst.Name, grace)
 		}()
 	}
-	return setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message, s.Image = apiv1.PhaseReady, "", b.Image })
+	return setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message, s.Image = apiv1.PhaseReady, "", image })
 }
 
 // cleanupFunction removes everything of a deleted function: containers, images, records.

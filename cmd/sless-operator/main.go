@@ -60,169 +60,96 @@ func (r runtimeFlags) Set(v string) error {
 	return nil
 }
 
-func run(ctx context.Context, args []string) error {
+// config is what the flags say.
+type config struct {
+	listen, publicURL, registry                  string
+	insecure                                     bool
+	codeDir, s3Endpoint, s3Bucket, s3Region      string
+	jwks, pubKey, secretFile                     string
+	operatorNS, pullSecret                       string
+	builds                                       int
+	operatorImage, pipIndex, npmRegistry, egress string
+	runtimes                                     runtimeFlags
+}
+
+func parseFlags(args []string) (*config, error) {
+	c := &config{runtimes: runtimeFlags{}}
 	fs := flag.NewFlagSet("sless-operator", flag.ContinueOnError)
-	listen := fs.String("listen", ":8080", "REST API and /fn/ address")
-	publicURL := fs.String("public-url", "http://127.0.0.1:8080", "base URL users reach the API at")
-	registry := fs.String("registry", "", "registry host[:port] function images are pushed to (required)")
-	insecure := fs.Bool("insecure-registry", false, "plain HTTP to the registry")
-	codeDir := fs.String("code-dir", "", "code store directory (or the S3 flags)")
-	s3Endpoint := fs.String("s3-endpoint", "", "S3 endpoint of the code store")
-	s3Bucket := fs.String("s3-bucket", "", "S3 bucket of the code store")
-	s3Region := fs.String("s3-region", "us-east-1", "S3 region")
-	jwks := fs.String("jwks-url", "", "verify tokens with this JWKS URL")
-	pubKey := fs.String("jwt-public-key", "", "verify tokens with this PEM public key file")
-	secretFile := fs.String("hs256-secret-file", "", "verify HS256 tokens with the secret in this file (development)")
-	operatorNS := fs.String("operator-namespace", "sless-system", "namespace the operator (and the /fn/ proxy) runs in")
-	pullSecret := fs.String("pull-secret-file", "", ".dockerconfigjson copied into every tenant namespace as sless-registry")
-	builds := fs.Int("max-builds", 2, "concurrent in-process builds")
-	operatorImage := fs.String("operator-image", "", "this operator's image (by digest): deps Jobs run its `sless deps push`; empty refuses functions with dependencies")
-	pipIndex := fs.String("pip-index-url", "", "package index for pip installs in deps Jobs (default: the runtime's)")
-	npmRegistry := fs.String("npm-registry", "", "npm registry for npm installs in deps Jobs (default: the runtime's)")
-	depsEgress := fs.String("deps-egress", "", "comma-separated CIDRs deps Job pods may reach besides DNS (package index, registry), for tenant NetworkPolicies")
-	rts := runtimeFlags{}
-	fs.Var(rts, "runtime", "NAME=IMAGE@sha256:… (repeatable): runtime images by digest")
+	fs.StringVar(&c.listen, "listen", ":8080", "REST API and /fn/ address")
+	fs.StringVar(&c.publicURL, "public-url", "http://127.0.0.1:8080", "base URL users reach the API at")
+	fs.StringVar(&c.registry, "registry", "", "registry host[:port] function images are pushed to (required)")
+	fs.BoolVar(&c.insecure, "insecure-registry", false, "plain HTTP to the registry")
+	fs.StringVar(&c.codeDir, "code-dir", "", "code store directory (or the S3 flags)")
+	fs.StringVar(&c.s3Endpoint, "s3-endpoint", "", "S3 endpoint of the code store")
+	fs.StringVar(&c.s3Bucket, "s3-bucket", "", "S3 bucket of the code store")
+	fs.StringVar(&c.s3Region, "s3-region", "us-east-1", "S3 region")
+	fs.StringVar(&c.jwks, "jwks-url", "", "verify tokens with this JWKS URL")
+	fs.StringVar(&c.pubKey, "jwt-public-key", "", "verify tokens with this PEM public key file")
+	fs.StringVar(&c.secretFile, "hs256-secret-file", "", "verify HS256 tokens with the secret in this file (development)")
+	fs.StringVar(&c.operatorNS, "operator-namespace", "sless-system", "namespace the operator (and the /fn/ proxy) runs in")
+	fs.StringVar(&c.pullSecret, "pull-secret-file", "", ".dockerconfigjson copied into every tenant namespace as sless-registry")
+	fs.IntVar(&c.builds, "max-builds", 2, "concurrent in-process builds")
+	fs.StringVar(&c.operatorImage, "operator-image", "", "this operator's image (by digest): deps Jobs run its `sless deps push`; empty refuses functions with dependencies")
+	fs.StringVar(&c.pipIndex, "pip-index-url", "", "package index for pip installs in deps Jobs (default: the runtime's)")
+	fs.StringVar(&c.npmRegistry, "npm-registry", "", "npm registry for npm installs in deps Jobs (default: the runtime's)")
+	fs.StringVar(&c.egress, "deps-egress", "", "comma-separated CIDRs deps Job pods may reach besides DNS (package index, registry), for tenant NetworkPolicies")
+	fs.Var(c.runtimes, "runtime", "NAME=IMAGE@sha256:… (repeatable): runtime images by digest")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
-	if *registry == "" || len(rts) == 0 {
-		return errors.New("--registry and at least one --runtime are required")
+	if c.registry == "" || len(c.runtimes) == 0 {
+		return nil, errors.New("--registry and at least one --runtime are required")
+	}
+	return c, nil
+}
+
+func run(ctx context.Context, args []string) error {
+	cfg, err := parseFlags(args)
+	if err != nil {
+		return err
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-
-	var code codestore.Store
-	var err error
-	switch {
-	case *codeDir != "":
-		code, err = codestore.NewDir(*codeDir)
-	case *s3Bucket != "":
-		var s3 *codestore.S3
-		if s3, err = codestore.NewS3(ctx, codestore.S3Config{Bucket: *s3Bucket, Endpoint: *s3Endpoint, Region: *s3Region}); err == nil {
-			// A fresh install has no bucket yet; uploads would fail with NoSuchBucket.
-			err = s3.EnsureBucket(ctx)
-		}
-		code = s3
-	default:
-		err = errors.New("give --code-dir or --s3-bucket")
-	}
+	code, err := cfg.codeStore(ctx)
 	if err != nil {
 		return err
 	}
-	var aopt auth.Option
-	switch {
-	case *jwks != "":
-		aopt = auth.WithJWKS(*jwks)
-	case *pubKey != "":
-		b, err := os.ReadFile(*pubKey)
-		if err != nil {
-			return err
-		}
-		aopt = auth.WithPublicKeyPEM(b)
-	case *secretFile != "":
-		b, err := os.ReadFile(*secretFile)
-		if err != nil {
-			return err
-		}
-		aopt = auth.WithHS256Secret([]byte(strings.TrimSpace(string(b))))
-	default:
-		return errors.New("give --jwks-url, --jwt-public-key or --hs256-secret-file")
-	}
-	verifier, err := auth.New(aopt, auth.WithContext(ctx), auth.WithLogger(logger))
+	verifier, err := cfg.verifier(ctx, logger)
 	if err != nil {
 		return err
 	}
-	var dockerConfig []byte = []byte(`{"auths":{}}`)
-	if *pullSecret != "" {
-		if dockerConfig, err = os.ReadFile(*pullSecret); err != nil {
+	dockerConfig := []byte(`{"auths":{}}`)
+	if cfg.pullSecret != "" {
+		if dockerConfig, err = os.ReadFile(cfg.pullSecret); err != nil {
 			return err
 		}
 	}
-
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := slessv1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return err
-	}
-	// /fn/ reads EndpointSlices from the cache: only those of sless's Services (slices carry their
-	// Service's labels), not every slice in the cluster.
-	ours := labels.SelectorFromSet(labels.Set{runspec.LabelManagedBy: runspec.ManagedBy})
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Label: ours}}}})
-	if err != nil {
-		return err
-	}
-	builder, err := oci.NewBuilder(oci.WithInsecure(*insecure))
+	mgr, err := newManager()
 	if err != nil {
 		return err
 	}
 	var srv *api.Server // builds are counted on its /metrics
-	pipeline, err := build.New(code, builder, build.WithRegistry(*registry), build.WithRuntimes(rts), build.WithConcurrency(*builds),
-		build.WithTimeout(5*time.Minute), build.WithIndex(apiv1.RuntimePython311, *pipIndex), build.WithIndex(apiv1.RuntimeNodejs20, *npmRegistry),
-		build.WithObserver(func(result string, d time.Duration) { srv.ObserveBuild(result, d) }))
-	if err != nil {
-		return err
-	}
-	var depsCfg *controllers.DepsConfig
-	if *operatorImage != "" {
-		store, err := deps.NewRegistryStore(*registry+"/sless/deps", remote.WithAuthFromKeychain(authn.DefaultKeychain))
-		if err != nil {
-			return err
-		}
-		depsCfg = &controllers.DepsConfig{Store: store, Repo: *registry + "/sless/deps", OperatorImage: *operatorImage, Insecure: *insecure}
-	}
-	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: scheme, Pipeline: pipeline, Code: code,
-		PublicURL: *publicURL, Deps: depsCfg, APIReader: mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme, Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if err := (&controllers.TriggerReconciler{Client: mgr.GetClient(), Scheme: scheme, PublicURL: *publicURL, Recorder: mgr.GetEventRecorderFor("sless-operator")}).SetupWithManager(mgr); err != nil {
+	if err := cfg.setupControllers(mgr, code, func(result string, d time.Duration) { srv.ObserveBuild(result, d) }); err != nil {
 		return err
 	}
 	// The API reads and writes through a direct client: the manager's cache is eventually
 	// consistent (a create followed by a get could miss) and not ready before it syncs.
-	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
 	if err != nil {
 		return err
 	}
-	backend := kubestore.New(direct, code, resources.TenantConfig{OperatorNamespace: *operatorNS, DockerConfigJSON: dockerConfig,
-		DepsEgress: splitList(*depsEgress)},
+	backend := kubestore.New(direct, code, resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: dockerConfig,
+		DepsEgress: splitList(cfg.egress)},
 		// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
 		&kubestore.EndpointResolver{Reader: mgr.GetClient()})
 	// /fn/ reads functions and triggers from the manager's cache (the controllers watch both), not
 	// with two API round trips per request; the REST routes keep the direct client for
 	// read-after-write.
 	backend.Serving = kubestore.ServingView(mgr.GetClient())
-	// Ready (for the Service in front of it) once the manager's caches are synced: /fn/ reads
-	// EndpointSlices from them.
-	// Once: informers added later (lazily, on a first read of a kind) must not flap readiness and
-	// take the API out of its Service.
-	var cacheSynced atomic.Bool
-	synced := func(ctx context.Context) error {
-		if cacheSynced.Load() {
-			return nil
-		}
-		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		defer cancel()
-		if !mgr.GetCache().WaitForCacheSync(wctx) {
-			return errors.New("caches not synced yet")
-		}
-		cacheSynced.Store(true)
-		return nil
-	}
-	srv, err = api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(*publicURL), api.WithReadiness(synced))
+	srv, err = api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(cfg.publicURL), api.WithReadiness(cachesSynced(mgr)))
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return err
 	}
@@ -236,6 +163,113 @@ func run(ctx context.Context, args []string) error {
 		return nil
 	}
 	return err
+}
+
+func (c *config) codeStore(ctx context.Context) (codestore.Store, error) {
+	switch {
+	case c.codeDir != "":
+		return codestore.NewDir(c.codeDir)
+	case c.s3Bucket != "":
+		s3, err := codestore.NewS3(ctx, codestore.S3Config{Bucket: c.s3Bucket, Endpoint: c.s3Endpoint, Region: c.s3Region})
+		if err != nil {
+			return nil, err
+		}
+		// A fresh install has no bucket yet; uploads would fail with NoSuchBucket.
+		return s3, s3.EnsureBucket(ctx)
+	}
+	return nil, errors.New("give --code-dir or --s3-bucket")
+}
+
+func (c *config) verifier(ctx context.Context, logger *slog.Logger) (*auth.Verifier, error) {
+	var opt auth.Option
+	switch {
+	case c.jwks != "":
+		opt = auth.WithJWKS(c.jwks)
+	case c.pubKey != "":
+		b, err := os.ReadFile(c.pubKey)
+		if err != nil {
+			return nil, err
+		}
+		opt = auth.WithPublicKeyPEM(b)
+	case c.secretFile != "":
+		b, err := os.ReadFile(c.secretFile)
+		if err != nil {
+			return nil, err
+		}
+		opt = auth.WithHS256Secret([]byte(strings.TrimSpace(string(b))))
+	default:
+		return nil, errors.New("give --jwks-url, --jwt-public-key or --hs256-secret-file")
+	}
+	return auth.New(opt, auth.WithContext(ctx), auth.WithLogger(logger))
+}
+
+func newManager() (ctrl.Manager, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := slessv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, err
+	}
+	// /fn/ reads EndpointSlices from the cache: only those of sless's Services (slices carry their
+	// Service's labels), not every slice in the cluster.
+	ours := labels.SelectorFromSet(labels.Set{runspec.LabelManagedBy: runspec.ManagedBy})
+	return ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Label: ours}}}})
+}
+
+// setupControllers adds the reconcilers, with the build pipeline they share.
+func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observe func(string, time.Duration)) error {
+	builder, err := oci.NewBuilder(oci.WithInsecure(c.insecure))
+	if err != nil {
+		return err
+	}
+	pipeline, err := build.New(code, builder, build.WithRegistry(c.registry), build.WithRuntimes(c.runtimes), build.WithConcurrency(c.builds),
+		build.WithTimeout(5*time.Minute), build.WithIndex(apiv1.RuntimePython311, c.pipIndex), build.WithIndex(apiv1.RuntimeNodejs20, c.npmRegistry),
+		build.WithObserver(observe))
+	if err != nil {
+		return err
+	}
+	var depsCfg *controllers.DepsConfig
+	if c.operatorImage != "" {
+		store, err := deps.NewRegistryStore(c.registry+"/sless/deps", remote.WithAuthFromKeychain(authn.DefaultKeychain))
+		if err != nil {
+			return err
+		}
+		depsCfg = &controllers.DepsConfig{Store: store, Repo: c.registry + "/sless/deps", OperatorImage: c.operatorImage, Insecure: c.insecure}
+	}
+	recorder := mgr.GetEventRecorderFor("sless-operator")
+	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Pipeline: pipeline, Code: code,
+		PublicURL: c.publicURL, Deps: depsCfg, APIReader: mgr.GetAPIReader(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&controllers.TriggerReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), PublicURL: c.publicURL, Recorder: recorder}).SetupWithManager(mgr)
+}
+
+// cachesSynced is the API's readiness (for the Service in front of it): the manager's caches are
+// synced, since /fn/ reads EndpointSlices from them. It latches: informers added later (lazily, on
+// a first read of a kind) must not flap readiness and take the API out of its Service.
+func cachesSynced(mgr ctrl.Manager) func(context.Context) error {
+	var synced atomic.Bool
+	return func(ctx context.Context) error {
+		if synced.Load() {
+			return nil
+		}
+		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(wctx) {
+			return errors.New("caches not synced yet")
+		}
+		synced.Store(true)
+		return nil
+	}
 }
 
 func splitList(s string) []string {

@@ -39,126 +39,159 @@ func defaultCacheDir() string {
 	return filepath.Join(d, "sless")
 }
 
-// runUp is `sless up`: the whole platform on one host.
-func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// upConfig is what `sless up`'s flags say.
+type upConfig struct {
+	dataDir, listen, regListen, publicURL, podmanRoot, basesDir, basesScript string
+	jwksURL, pubKey, issuer, audience                                        string
+	uploadLimit                                                              int64
+	pipIndex, npmRegistry, depsCA                                            string
+	testClock, quiet                                                         bool
+}
+
+func parseUpFlags(args []string, stderr io.Writer) (*upConfig, error) {
+	c := &upConfig{}
 	fs := flag.NewFlagSet("sless up", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", defaultDataDir(), "where state, the registry and uploaded code live")
-	listen := fs.String("listen", "127.0.0.1:8080", "API and /fn/ address")
-	regListen := fs.String("registry-listen", "127.0.0.1:5000", "embedded registry address")
-	publicURL := fs.String("public-url", "", "base URL users reach the API at (default http://<listen>)")
-	podmanRoot := fs.String("podman-root", filepath.Join(defaultCacheDir(), "podman"), "podman storage (shared, so base layers are pulled once)")
-	basesDir := fs.String("bases-dir", filepath.Join(defaultCacheDir(), "bases"), "language base image layouts (hack/build-bases.sh)")
-	basesScript := fs.String("bases-script", "hack/build-bases.sh", "script that builds missing bases ('' to never build)")
-	jwksURL := fs.String("jwks-url", "", "verify tokens with keys from this JWKS URL instead of the dev secret")
-	pubKey := fs.String("jwt-public-key", "", "verify tokens with this PEM public key instead of the dev secret")
-	issuer := fs.String("jwt-issuer", "", "required iss claim")
-	audience := fs.String("jwt-audience", "", "required aud claim")
-	uploadLimit := fs.Int64("upload-limit", api.DefaultUploadLimit, "largest accepted code archive in bytes")
-	pipIndex := fs.String("pip-index-url", "", "package index for pip installs of requirements.txt (default: pip's)")
-	npmRegistry := fs.String("npm-registry", "", "registry for npm installs of package.json (default: npm's)")
-	depsCA := fs.String("deps-ca-file", defaultCAFile(), "CA bundle for dependency installs ('' for the runtime image's own)")
-	testClock := fs.Bool("test-clock", false, "cron follows a manual clock set with POST /debug/clock?time=RFC3339 (tests only)")
-	quiet := fs.Bool("quiet", false, "no request log on stderr")
+	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir(), "where state, the registry and uploaded code live")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "API and /fn/ address")
+	fs.StringVar(&c.regListen, "registry-listen", "127.0.0.1:5000", "embedded registry address")
+	fs.StringVar(&c.publicURL, "public-url", "", "base URL users reach the API at (default http://<listen>)")
+	fs.StringVar(&c.podmanRoot, "podman-root", filepath.Join(defaultCacheDir(), "podman"), "podman storage (shared, so base layers are pulled once)")
+	fs.StringVar(&c.basesDir, "bases-dir", filepath.Join(defaultCacheDir(), "bases"), "language base image layouts (hack/build-bases.sh)")
+	fs.StringVar(&c.basesScript, "bases-script", "hack/build-bases.sh", "script that builds missing bases ('' to never build)")
+	fs.StringVar(&c.jwksURL, "jwks-url", "", "verify tokens with keys from this JWKS URL instead of the dev secret")
+	fs.StringVar(&c.pubKey, "jwt-public-key", "", "verify tokens with this PEM public key instead of the dev secret")
+	fs.StringVar(&c.issuer, "jwt-issuer", "", "required iss claim")
+	fs.StringVar(&c.audience, "jwt-audience", "", "required aud claim")
+	fs.Int64Var(&c.uploadLimit, "upload-limit", api.DefaultUploadLimit, "largest accepted code archive in bytes")
+	fs.StringVar(&c.pipIndex, "pip-index-url", "", "package index for pip installs of requirements.txt (default: pip's)")
+	fs.StringVar(&c.npmRegistry, "npm-registry", "", "registry for npm installs of package.json (default: npm's)")
+	fs.StringVar(&c.depsCA, "deps-ca-file", defaultCAFile(), "CA bundle for dependency installs ('' for the runtime image's own)")
+	fs.BoolVar(&c.testClock, "test-clock", false, "cron follows a manual clock set with POST /debug/clock?time=RFC3339 (tests only)")
+	fs.BoolVar(&c.quiet, "quiet", false, "no request log on stderr")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if c.jwksURL != "" && c.pubKey != "" {
+		return nil, usageError{"give at most one of --jwks-url and --jwt-public-key"}
+	}
+	if _, err := os.Stat(c.basesScript); err != nil {
+		c.basesScript = ""
+	}
+	return c, nil
+}
+
+// runUp is `sless up`: the whole platform on one host.
+func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseUpFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		if _, ok := err.(usageError); ok {
+			return err
 		}
 		return usageError{err.Error()}
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
-	}
-	if *jwksURL != "" && *pubKey != "" {
-		return usageError{"give at most one of --jwks-url and --jwt-public-key"}
-	}
-	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
 		return err
 	}
 	logOut := stderr
-	if *quiet {
+	if c.quiet {
 		logOut = io.Discard
 	}
 	logger := slog.New(slog.NewJSONHandler(logOut, nil))
-
-	aopts := []auth.Option{auth.WithLogger(logger), auth.WithContext(ctx)}
-	if *issuer != "" {
-		aopts = append(aopts, auth.WithIssuer(*issuer))
-	}
-	if *audience != "" {
-		aopts = append(aopts, auth.WithAudience(*audience))
-	}
-	var tokenFile string
-	switch {
-	case *jwksURL != "":
-		aopts = append(aopts, auth.WithJWKS(*jwksURL))
-	case *pubKey != "":
-		pem, err := os.ReadFile(*pubKey)
-		if err != nil {
-			return fmt.Errorf("--jwt-public-key: %w", err)
-		}
-		aopts = append(aopts, auth.WithPublicKeyPEM(pem))
-	default:
-		secret, tf, err := devAuth(*dataDir)
-		if err != nil {
-			return err
-		}
-		tokenFile = tf
-		aopts = append(aopts, auth.WithHS256Secret(secret))
-	}
-	verifier, err := auth.New(aopts...)
+	verifier, tokenFile, err := c.verifier(ctx, logger)
 	if err != nil {
 		return err
 	}
-
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
-		return fmt.Errorf("--listen %s: %w", *listen, err)
+		return fmt.Errorf("--listen %s: %w", c.listen, err)
 	}
-	if *publicURL == "" {
-		*publicURL = "http://" + ln.Addr().String()
+	defer ln.Close()
+	if c.publicURL == "" {
+		c.publicURL = "http://" + ln.Addr().String()
 	}
 	var clock local.Clock
 	var manual *local.ManualClock
-	if *testClock {
+	if c.testClock {
 		manual = local.NewManualClock(time.Now())
 		clock = manual
 	}
-	if _, err := os.Stat(*basesScript); err != nil {
-		*basesScript = ""
-	}
 	var srv *api.Server // builds are counted on its /metrics
-	p, err := local.Open(ctx, local.Config{DataDir: *dataDir, RegistryListen: *regListen, PodmanRoot: *podmanRoot,
-		BasesDir: *basesDir, Clock: clock, Logger: logger, Progress: stderr,
-		PipIndexURL: *pipIndex, NPMRegistry: *npmRegistry, DepsCAFile: *depsCA,
+	p, err := local.Open(ctx, local.Config{DataDir: c.dataDir, RegistryListen: c.regListen, PodmanRoot: c.podmanRoot,
+		BasesDir: c.basesDir, Clock: clock, Logger: logger, Progress: stderr,
+		PipIndexURL: c.pipIndex, NPMRegistry: c.npmRegistry, DepsCAFile: c.depsCA,
 		ObserveBuild: func(result string, d time.Duration) { srv.ObserveBuild(result, d) }})
 	if err != nil {
-		ln.Close()
 		return err
 	}
 	defer p.Close()
-	srv, err = api.New(p.Backend(), api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(*publicURL),
-		api.WithUploadLimit(*uploadLimit), api.WithTempDir(*dataDir), api.WithReadiness(p.Ready))
+	srv, err = api.New(p.Backend(), api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(c.publicURL),
+		api.WithUploadLimit(c.uploadLimit), api.WithTempDir(c.dataDir), api.WithReadiness(p.Ready))
 	if err != nil {
-		ln.Close()
 		return err
 	}
 	var handler http.Handler = srv.Handler()
 	if manual != nil {
 		handler = clockHandler(manual, p, handler)
 	}
-
-	fmt.Fprintf(stdout, "sless up: API and /fn/ on %s, registry on %s, data in %s\n", *publicURL, p.RegistryAddr(), *dataDir)
+	fmt.Fprintf(stdout, "sless up: API and /fn/ on %s, registry on %s, data in %s\n", c.publicURL, p.RegistryAddr(), c.dataDir)
 	if tokenFile != "" {
 		fmt.Fprintf(stdout, "sless up: dev mode: a token for user \"dev\" is in %s\n", tokenFile)
-		fmt.Fprintf(stdout, "  export SLESS_ENDPOINT=%s SLESS_API_TOKEN=$(cat %s)\n", *publicURL, tokenFile)
+		fmt.Fprintf(stdout, "  export SLESS_ENDPOINT=%s SLESS_API_TOKEN=$(cat %s)\n", c.publicURL, tokenFile)
 	}
+	err = serveUp(ctx, p, api.NewHTTPServer("", handler, logger), ln, func(ctx context.Context) error {
+		// Missing language bases are built first (minutes, once); /readyz says so meanwhile.
+		return buildBases(ctx, p, c.basesDir, c.basesScript, stderr)
+	})
+	fmt.Fprintln(stdout, "sless up: stopped; function containers keep running and are adopted on the next start")
+	return err
+}
+
+// verifier checks tokens with the configured keys, or with the dev secret kept in the data dir
+// (then tokenFile names the dev token written beside it).
+func (c *upConfig) verifier(ctx context.Context, logger *slog.Logger) (v *auth.Verifier, tokenFile string, err error) {
+	opts := []auth.Option{auth.WithLogger(logger), auth.WithContext(ctx)}
+	if c.issuer != "" {
+		opts = append(opts, auth.WithIssuer(c.issuer))
+	}
+	if c.audience != "" {
+		opts = append(opts, auth.WithAudience(c.audience))
+	}
+	switch {
+	case c.jwksURL != "":
+		opts = append(opts, auth.WithJWKS(c.jwksURL))
+	case c.pubKey != "":
+		pem, err := os.ReadFile(c.pubKey)
+		if err != nil {
+			return nil, "", fmt.Errorf("--jwt-public-key: %w", err)
+		}
+		opts = append(opts, auth.WithPublicKeyPEM(pem))
+	default:
+		secret, tf, err := devAuth(c.dataDir)
+		if err != nil {
+			return nil, "", err
+		}
+		tokenFile = tf
+		opts = append(opts, auth.WithHS256Secret(secret))
+	}
+	v, err = auth.New(opts...)
+	return v, tokenFile, err
+}
+
+// serveUp serves the API on ln while the platform runs (after prepare), until ctx ends or either
+// stops; both are stopped together.
+func serveUp(ctx context.Context, p *local.Platform, hs *http.Server, ln net.Listener, prepare func(context.Context) error) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	runErr := make(chan error, 1)
 	go func() {
-		// Missing language bases are built first (minutes, once); /readyz says so meanwhile.
-		if err := buildBases(runCtx, p, *basesDir, *basesScript, stderr); err != nil {
+		if err := prepare(runCtx); err != nil {
 			p.NotReady(err.Error())
 			runErr <- err
 			return
@@ -166,20 +199,20 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		runErr <- p.Run(runCtx)
 	}()
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- api.Serve(runCtx, api.NewHTTPServer("", handler, logger), ln, 10*time.Second) }()
+	go func() { serveErr <- api.Serve(runCtx, hs, ln, 10*time.Second) }()
 	select {
-	case err = <-runErr:
+	case err := <-runErr:
 		cancel()
 		<-serveErr
-	case err = <-serveErr:
+		return err
+	case err := <-serveErr:
 		cancel()
 		<-runErr
+		return err
 	case <-ctx.Done():
 		cancel()
-		err = errors.Join(<-serveErr, <-runErr)
+		return errors.Join(<-serveErr, <-runErr)
 	}
-	fmt.Fprintln(stdout, "sless up: stopped; function containers keep running and are adopted on the next start")
-	return err
 }
 
 // buildBases runs script for every runtime whose base layout is missing from basesDir.

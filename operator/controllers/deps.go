@@ -80,9 +80,6 @@ func (d *jobDeps) Layer(ctx context.Context, spec deps.Spec, dir string) (deps.R
 	if err != nil {
 		return deps.Result{}, err
 	}
-	pending := func(job string) (deps.Result, error) {
-		return deps.Result{}, &build.PendingError{Reason: "installing dependencies: Job " + job, RetryAfter: depsPoll}
-	}
 	var job batchv1.Job
 	jobKey := client.ObjectKey{Namespace: fn.Namespace, Name: depsJobName(fn.Name, key)}
 	jobFound := false
@@ -100,36 +97,7 @@ func (d *jobDeps) Layer(ctx context.Context, spec deps.Spec, dir string) (deps.R
 		return deps.Result{}, fmt.Errorf("reading the deps cache: %w", err)
 	}
 	if jobFound {
-		done, ok := finished(&job)
-		if !done {
-			return pending(job.Name)
-		}
-		if job.Annotations[annotationBuildKey] != d.build {
-			// A Job that failed for an earlier build of this function: this build retries it.
-			if err := r.deleteDepsJob(ctx, fn.Namespace, job.Name); err != nil {
-				return deps.Result{}, err
-			}
-			return pending(job.Name) // its deletion brings us back to start the new one
-		}
-		installFailed, msg, err := depsJobOutcome(ctx, uncached(r.APIReader, r.Client), &job)
-		if err != nil {
-			return deps.Result{}, err
-		}
-		if !installFailed {
-			// The platform failed, not the dependencies (a push refused, the deadline, an eviction,
-			// an image pull): the Job goes and the build is retried with backoff.
-			if err := r.deleteDepsJob(ctx, fn.Namespace, job.Name); err != nil {
-				return deps.Result{}, err
-			}
-			if ok {
-				msg = fmt.Sprintf("completed but %s:%s is not in the registry; %s", r.Deps.Repo, key, msg)
-			}
-			return deps.Result{}, fmt.Errorf("deps Job %s failed (%s); retrying", job.Name, strings.TrimSpace(msg))
-		}
-		// The installer itself failed: the user's dependencies need fixing. The Job stays (its
-		// pod's logs say why) until a new build replaces it or the Function goes; a stale read of
-		// the Function sees it and reports the same failure instead of starting another install.
-		return deps.Result{}, &deps.InstallError{Output: strings.TrimSpace(msg)}
+		return d.finishedJob(ctx, &job, key)
 	}
 	// Jobs of earlier keys of this function (requirements changed) are of no use any more.
 	if err := r.deleteDepsJobs(ctx, fn, jobKey.Name); err != nil {
@@ -152,7 +120,48 @@ func (d *jobDeps) Layer(ctx context.Context, spec deps.Spec, dir string) (deps.R
 		}
 	}
 	r.event(fn, corev1.EventTypeNormal, "InstallingDependencies", "dependency cache miss (key %s): Job %s installs them", key[:12], j.Name)
-	return pending(j.Name)
+	return deps.Result{}, depsPending(j.Name)
+}
+
+// finishedJob decides what a Job found for this key means while its layer is not in the cache:
+// still running (pending), failed for an earlier build (replaced), failed in the install (the
+// dependencies' fault), or failed otherwise (the platform's: removed and retried with backoff).
+func (d *jobDeps) finishedJob(ctx context.Context, job *batchv1.Job, key string) (deps.Result, error) {
+	r, fn := d.r, d.fn
+	done, ok := finished(job)
+	if !done {
+		return deps.Result{}, depsPending(job.Name)
+	}
+	if job.Annotations[annotationBuildKey] != d.build {
+		// A Job that failed for an earlier build of this function: this build retries it.
+		if err := r.deleteDepsJob(ctx, fn.Namespace, job.Name); err != nil {
+			return deps.Result{}, err
+		}
+		return deps.Result{}, depsPending(job.Name) // its deletion brings us back to start the new one
+	}
+	installFailed, msg, err := depsJobOutcome(ctx, uncached(r.APIReader, r.Client), job)
+	if err != nil {
+		return deps.Result{}, err
+	}
+	if !installFailed {
+		// The platform failed, not the dependencies (a push refused, the deadline, an eviction,
+		// an image pull): the Job goes and the build is retried with backoff.
+		if err := r.deleteDepsJob(ctx, fn.Namespace, job.Name); err != nil {
+			return deps.Result{}, err
+		}
+		if ok {
+			msg = fmt.Sprintf("completed but %s:%s is not in the registry; %s", r.Deps.Repo, key, msg)
+		}
+		return deps.Result{}, fmt.Errorf("deps Job %s failed (%s); retrying", job.Name, strings.TrimSpace(msg))
+	}
+	// The installer itself failed: the user's dependencies need fixing. The Job stays (its pod's
+	// logs say why) until a new build replaces it or the Function goes; a stale read of the
+	// Function sees it and reports the same failure instead of starting another install.
+	return deps.Result{}, &deps.InstallError{Output: strings.TrimSpace(msg)}
+}
+
+func depsPending(job string) error {
+	return &build.PendingError{Reason: "installing dependencies: Job " + job, RetryAfter: depsPoll}
 }
 
 // deleteDepsJobs removes the function's deps Jobs other than keep ("" for all).
