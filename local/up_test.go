@@ -108,6 +108,11 @@ func TestSlessUp(t *testing.T) {
 		if code, body := u.get(fnPath("js")); code != 200 || !strings.Contains(body, `"node":"v20.`) || !strings.Contains(body, `"env":"hi"`) {
 			t.Errorf("node: %d %s", code, body)
 		}
+		// Both builds are counted on /metrics (the build pipeline observes them).
+		if code, m := u.get("/metrics"); code != 200 || !strings.Contains(m, `sless_builds_total{result="succeeded"} 2`) ||
+			!strings.Contains(m, "sless_build_duration_seconds_count 2") {
+			t.Errorf("build metrics after two builds: %d\n%s", code, grepLines(m, "sless_build"))
+		}
 		cs := containersOf("py")
 		if len(cs) != 1 || !strings.HasPrefix(cs[0], "sless-"+ns+"-py-") {
 			t.Errorf("containers %v", cs)
@@ -399,4 +404,14 @@ func devSecret(t *testing.T, u *up) []byte {
 		t.Fatal(err)
 	}
 	return bytes.TrimSpace(b)
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
