@@ -48,7 +48,7 @@ lint:
 # missing component into a failure; the last line is the pass/fail/skip count.
 test: tools lint
 	@set -o pipefail; PATH="$(SLESS_CACHE)/bin:$$PATH" SLESS_REQUIRE_REAL=1 \
-	  $(GO) test -timeout 30m -count=1 -json ./... | $(GO) run ./hack/testsum
+	  $(GO) test -race -timeout 30m -count=1 -json ./... | $(GO) run ./hack/testsum
 
 # Benchmarks with side-by-side anchors (kaniko, buildah, the protocol floor); see BENCHMARKS.md.
 bench: tools

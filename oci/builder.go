@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -105,11 +104,9 @@ type Builder struct {
 	pusher *remote.Pusher
 	flight singleflight.Group
 
-	mu      sync.Mutex
-	tags    map[string]resolvedTag      // runtime reference as given -> digest
-	bases   map[string]*base            // digest reference -> base
-	known   map[string]map[v1.Hash]bool // repository -> blobs pushed there by this Builder
-	clients map[string]*http.Client     // repository -> authenticated client (fast path)
+	mu    sync.Mutex
+	tags  map[string]resolvedTag // runtime reference as given -> digest
+	bases map[string]*base       // digest reference -> base
 }
 
 type resolvedTag struct {
@@ -129,8 +126,7 @@ func NewBuilder(opts ...Option) (*Builder, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Builder{o: o, tags: map[string]resolvedTag{}, bases: map[string]*base{},
-		known: map[string]map[v1.Hash]bool{}, clients: map[string]*http.Client{}}
+	b := &Builder{o: o, tags: map[string]resolvedTag{}, bases: map[string]*base{}}
 	b.ropts = []remote.Option{
 		remote.WithTransport(&progressTransport{next: o.transport}),
 		remote.WithAuthFromKeychain(o.keychain),

@@ -1,26 +1,27 @@
 package oci
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync/atomic"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
-	"golang.org/x/sync/errgroup"
 )
 
 // Push uploads what the registry lacks and returns the image by digest. to is a repository, with an
 // optional tag ("registry/repo:tag"); without a tag the image is pushed by digest only.
+//
+// Pushes go through one long-lived remote.Pusher: it cross-repository mounts the runtime's layers
+// and remembers per repository which blobs it wrote, so a code-only rebuild uploads one layer, the
+// config and the manifest. (A hand-written "known blobs" fast path that skipped the existence
+// checks was measured against it and removed: on a registry on disk it was slower, see
+// BENCHMARKS.md.)
 func (b *Builder) Push(ctx context.Context, r *Result, to string) (name.Digest, error) {
 	repo, ref, err := b.target(to)
 	if err != nil {
@@ -37,14 +38,9 @@ func (b *Builder) Push(ctx context.Context, r *Result, to string) (name.Digest, 
 	b.report("push", "pushing %s", ref)
 	ps := &pushState{b: b}
 	pctx := withPushState(ctx, ps)
-	fast, err := b.pushKnown(pctx, repo, ref, r)
-	switch {
-	case !fast:
-		err = b.pusher.Push(pctx, ref, r.taggable())
-	case err != nil:
-		// What this Builder knew about repo was wrong (a blob was deleted or garbage-collected).
-		// The long-lived Pusher remembers the same blobs, so check everything with a fresh one.
-		b.forget(repo)
+	if err = b.pusher.Push(pctx, ref, r.taggable()); err != nil && ctx.Err() == nil {
+		// What the Pusher remembers about repo may be wrong (a blob was deleted or
+		// garbage-collected since it wrote it): check everything with a fresh one.
 		var p *remote.Pusher
 		if p, err = remote.NewPusher(b.ropts...); err == nil {
 			err = p.Push(pctx, ref, r.taggable())
@@ -53,175 +49,8 @@ func (b *Builder) Push(ctx context.Context, r *Result, to string) (name.Digest, 
 	if err != nil {
 		return name.Digest{}, fmt.Errorf("pushing %s: %w", ref, err)
 	}
-	b.remember(repo, r)
 	b.report("push", "pushed %s (%d bytes uploaded)", dref, ps.sent.Load())
 	return dref, nil
-}
-
-// blobs lists the layer and config digests of a single-platform result.
-func blobs(r *Result) ([]v1.Hash, error) {
-	if r.Image == nil {
-		return nil, errors.New("not a single image")
-	}
-	m, err := r.Image.Manifest()
-	if err != nil {
-		return nil, err
-	}
-	out := []v1.Hash{m.Config.Digest}
-	for _, l := range m.Layers {
-		out = append(out, l.Digest)
-	}
-	return out, nil
-}
-
-// remember records which blobs a repository holds after a successful push.
-func (b *Builder) remember(repo name.Repository, r *Result) {
-	hs, err := blobs(r)
-	if err != nil {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	set := b.known[repo.String()]
-	if set == nil {
-		set = map[v1.Hash]bool{}
-		b.known[repo.String()] = set
-	}
-	for _, h := range hs {
-		set[h] = true
-	}
-}
-
-func (b *Builder) forget(repo name.Repository) {
-	b.mu.Lock()
-	delete(b.known, repo.String())
-	b.mu.Unlock()
-}
-
-// pushKnown is the code-only fast path. When this Builder has pushed to repo before and every blob
-// of the image except its new code layer and config is known to be there, it uploads just those two
-// (POST + PUT each, concurrently: no existence HEADs, no PATCH) and PUTs the manifest, which is all a
-// registry needs. It reports false when the conditions do not hold; on any error the caller falls
-// back to the Pusher's full, checking path (the registry may have lost blobs to garbage collection).
-func (b *Builder) pushKnown(ctx context.Context, repo name.Repository, ref name.Reference, r *Result) (bool, error) {
-	hs, err := blobs(r)
-	if err != nil {
-		return false, nil
-	}
-	code, _ := r.Code.Digest()
-	b.mu.Lock()
-	set := b.known[repo.String()]
-	var missing []v1.Hash
-	ok := set != nil
-	for i, h := range hs {
-		if set[h] {
-			continue
-		}
-		if i == 0 || h == code { // the config or our own code layer: we hold the bytes
-			missing = append(missing, h)
-			continue
-		}
-		ok = false
-	}
-	b.mu.Unlock()
-	if !ok {
-		return false, nil
-	}
-	client, err := b.client(ctx, repo)
-	if err != nil {
-		return true, err
-	}
-	var g errgroup.Group
-	for _, h := range missing {
-		h := h
-		g.Go(func() error {
-			if h == code {
-				rc, err := r.Code.Compressed()
-				if err != nil {
-					return err
-				}
-				defer rc.Close()
-				size, _ := r.Code.Size()
-				return uploadMonolithic(ctx, client, repo, h, rc, size)
-			}
-			cfg, err := r.Image.RawConfigFile()
-			if err != nil {
-				return err
-			}
-			return uploadMonolithic(ctx, client, repo, h, bytes.NewReader(cfg), int64(len(cfg)))
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return true, err
-	}
-	return true, b.pusher.Put(ctx, ref, r.Image)
-}
-
-// client returns an authenticated HTTP client for pushing to repo, made once per repository.
-func (b *Builder) client(ctx context.Context, repo name.Repository) (*http.Client, error) {
-	b.mu.Lock()
-	c := b.clients[repo.String()]
-	b.mu.Unlock()
-	if c != nil {
-		return c, nil
-	}
-	auth, err := authn.Resolve(ctx, b.o.keychain, repo)
-	if err != nil {
-		return nil, err
-	}
-	t, err := transport.NewWithContext(ctx, repo.Registry, auth, &progressTransport{next: b.o.transport},
-		[]string{repo.Scope(transport.PushScope)})
-	if err != nil {
-		return nil, err
-	}
-	c = &http.Client{Transport: t}
-	b.mu.Lock()
-	b.clients[repo.String()] = c
-	b.mu.Unlock()
-	return c, nil
-}
-
-// uploadMonolithic is the distribution spec's two-request blob upload: POST to open, PUT with the
-// whole body and the digest to commit.
-func uploadMonolithic(ctx context.Context, c *http.Client, repo name.Repository, h v1.Hash, body io.Reader, size int64) error {
-	base := url.URL{Scheme: repo.Scheme(), Host: repo.RegistryStr()}
-	start := base
-	start.Path = "/v2/" + repo.RepositoryStr() + "/blobs/uploads/"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, start.String(), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	err = transport.CheckError(resp, http.StatusAccepted) // reads the error body: close after
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return err
-	}
-	loc, err := base.Parse(resp.Header.Get("Location"))
-	if err != nil {
-		return fmt.Errorf("upload location: %w", err)
-	}
-	q := loc.Query()
-	q.Set("digest", h.String())
-	loc.RawQuery = q.Encode()
-	req, err = http.NewRequestWithContext(ctx, http.MethodPut, loc.String(), body)
-	if err != nil {
-		return err
-	}
-	req.ContentLength = size
-	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err = c.Do(req)
-	if err != nil {
-		return err
-	}
-	err = transport.CheckError(resp, http.StatusCreated)
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return err
 }
 
 // target parses "repo[:tag]"; a reference with a digest is refused (the digest is the build's).

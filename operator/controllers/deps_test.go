@@ -225,8 +225,14 @@ func TestDependenciesJob(t *testing.T) {
 		e2 := newFnEnv(t, "sless-00000000000000df")
 		e2.start(nil)
 		e2.create("app", e2.upload("app", map[string]string{"handler.py": "x = 1\n", "requirements.txt": requirements}))
-		eventually(t, "Failed", func() bool { return e2.fn("app").Status.Phase == apiv1.PhaseFailed })
-		if msg := e2.fn("app").Status.Message; !strings.Contains(msg, "no dependency installs configured") || !strings.Contains(msg, "--operator-image") {
+		// Retried with backoff (Building again on each retry): the Failed status says why.
+		var msg string
+		eventually(t, "Failed", func() bool {
+			f := e2.fn("app")
+			msg = f.Status.Message
+			return f.Status.Phase == apiv1.PhaseFailed
+		})
+		if !strings.Contains(msg, "no dependency installs configured") || !strings.Contains(msg, "--operator-image") {
 			t.Errorf("message %q", msg)
 		}
 	})
