@@ -56,7 +56,8 @@ bench: tools
 	@hack/build-bases.sh bench-debian >/dev/null
 	$(GO) run ./bench $(BENCH_FLAGS)
 
-demo: tools
+demo:
+	@hack/setup-demo.sh
 	@hack/demo.sh
 
 clean:

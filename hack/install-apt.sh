@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests, benchmarks and demo need, once. Idempotent: only missing
 # packages are installed, and `apt-get update` runs only when something is missing. --k8s adds
-# what the single-node cluster of hack/k8s/ needs (containerd, CNI plugins, ...).
+# what the single-node cluster of hack/k8s/ needs (containerd, CNI plugins, ...); --demo installs
+# only what `make demo` needs.
 . "$(dirname "$0")/lib.sh"
 missing=()
 want=$APT_PACKAGES
 [ "${1:-}" = --k8s ] && want="$want $K1N_APT_PACKAGES"
+[ "${1:-}" = --demo ] && want=$DEMO_APT_PACKAGES
 for p in $want; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
