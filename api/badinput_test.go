@@ -13,33 +13,9 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/sless-dev/sless/api/apitest"
 	"github.com/sless-dev/sless/api/auth"
 )
-
-func sign(t *testing.T, m jwt.SigningMethod, key any, claims jwt.MapClaims, kid string) string {
-	t.Helper()
-	tok := jwt.NewWithClaims(m, claims)
-	if kid != "" {
-		tok.Header["kid"] = kid
-	}
-	s, err := tok.SignedString(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func claims(sub string, extra map[string]any) jwt.MapClaims {
-	c := jwt.MapClaims{"sub": sub, "exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()}
-	for k, v := range extra {
-		if v == nil {
-			delete(c, k)
-		} else {
-			c[k] = v
-		}
-	}
-	return c
-}
 
 // JWKS: keys from a URL; an unknown kid fails fast instead of hanging.
 func TestJWKS(t *testing.T) {
@@ -55,18 +31,18 @@ func TestJWKS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.Verify(sign(t, jwt.SigningMethodRS256, key, claims("alice", nil), "k1")); err != nil {
+	if _, err := v.Verify(apitest.Sign(t, jwt.SigningMethodRS256, key, apitest.Claims("alice", nil), "k1")); err != nil {
 		t.Errorf("valid JWKS token: %v", err)
 	}
 	start := time.Now()
-	if _, err := v.Verify(sign(t, jwt.SigningMethodRS256, key, claims("alice", nil), "unknown")); err == nil {
+	if _, err := v.Verify(apitest.Sign(t, jwt.SigningMethodRS256, key, apitest.Claims("alice", nil), "unknown")); err == nil {
 		t.Error("unknown kid accepted")
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("unknown kid took %v", d)
 	}
 	other, _ := rsa.GenerateKey(rand.Reader, 2048)
-	if _, err := v.Verify(sign(t, jwt.SigningMethodRS256, other, claims("alice", nil), "k1")); err == nil {
+	if _, err := v.Verify(apitest.Sign(t, jwt.SigningMethodRS256, other, apitest.Claims("alice", nil), "k1")); err == nil {
 		t.Error("token signed by another key with a known kid accepted")
 	}
 }

@@ -23,7 +23,8 @@ import (
 	"github.com/sless-dev/sless/codestore"
 )
 
-func sign(t testing.TB, m jwt.SigningMethod, key any, claims jwt.MapClaims, kid string) string {
+// Sign signs claims with key by m, with a kid header when given.
+func Sign(t testing.TB, m jwt.SigningMethod, key any, claims jwt.MapClaims, kid string) string {
 	t.Helper()
 	tok := jwt.NewWithClaims(m, claims)
 	if kid != "" {
@@ -36,7 +37,8 @@ func sign(t testing.TB, m jwt.SigningMethod, key any, claims jwt.MapClaims, kid 
 	return s
 }
 
-func claims(sub string, extra map[string]any) jwt.MapClaims {
+// Claims are a subject's claims valid for an hour, with extra set (nil removes a claim).
+func Claims(sub string, extra map[string]any) jwt.MapClaims {
 	c := jwt.MapClaims{"sub": sub, "exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()}
 	for k, v := range extra {
 		if v == nil {
@@ -80,7 +82,7 @@ func testTokensRefused(t *testing.T, bk Backend) {
 	code, _ := codestore.NewDir(codeDir)
 	e := NewEnvWith(t, bk, code, codeDir, v)
 	std := map[string]any{"iss": "https://issuer.test", "aud": "sless"}
-	good := sign(t, jwt.SigningMethodRS256, rsaKey, claims(e.Subject, std), "")
+	good := Sign(t, jwt.SigningMethodRS256, rsaKey, Claims(e.Subject, std), "")
 	body, _ := json.Marshal(apiv1.Function{Name: "f", Runtime: "python3.11"})
 
 	with := func(extra map[string]any) map[string]any {
@@ -93,24 +95,24 @@ func testTokensRefused(t *testing.T, bk Backend) {
 		}
 		return m
 	}
-	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, claims(e.Subject, std)).SignedString(jwt.UnsafeAllowNoneSignatureType)
+	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, Claims(e.Subject, std)).SignedString(jwt.UnsafeAllowNoneSignatureType)
 	// Edited payload: a valid token whose payload now names someone else, old signature kept.
 	parts := strings.Split(good, ".")
-	forged, _ := json.Marshal(claims("mallory", std))
+	forged, _ := json.Marshal(Claims("mallory", std))
 	edited := parts[0] + "." + base64.RawURLEncoding.EncodeToString(forged) + "." + parts[2]
 
 	for _, tc := range []struct{ name, token string }{
 		{"no token", ""},
 		{"alg none", none},
-		{"HS256 with the RSA public key as secret", sign(t, jwt.SigningMethodHS256, pubPEM, claims(e.Subject, std), "")},
-		{"wrong key", sign(t, jwt.SigningMethodRS256, otherKey, claims(e.Subject, std), "")},
+		{"HS256 with the RSA public key as secret", Sign(t, jwt.SigningMethodHS256, pubPEM, Claims(e.Subject, std), "")},
+		{"wrong key", Sign(t, jwt.SigningMethodRS256, otherKey, Claims(e.Subject, std), "")},
 		{"edited payload", edited},
-		{"expired", sign(t, jwt.SigningMethodRS256, rsaKey, claims(e.Subject, with(map[string]any{"exp": time.Now().Add(-2 * time.Minute).Unix()})), "")},
-		{"nbf in the future", sign(t, jwt.SigningMethodRS256, rsaKey, claims(e.Subject, with(map[string]any{"nbf": time.Now().Add(10 * time.Minute).Unix()})), "")},
-		{"no exp", sign(t, jwt.SigningMethodRS256, rsaKey, claims(e.Subject, with(map[string]any{"exp": nil})), "")},
-		{"wrong iss", sign(t, jwt.SigningMethodRS256, rsaKey, claims(e.Subject, with(map[string]any{"iss": "https://evil.test"})), "")},
-		{"wrong aud", sign(t, jwt.SigningMethodRS256, rsaKey, claims(e.Subject, with(map[string]any{"aud": "other"})), "")},
-		{"no sub", sign(t, jwt.SigningMethodRS256, rsaKey, claims("", std), "")},
+		{"expired", Sign(t, jwt.SigningMethodRS256, rsaKey, Claims(e.Subject, with(map[string]any{"exp": time.Now().Add(-2 * time.Minute).Unix()})), "")},
+		{"nbf in the future", Sign(t, jwt.SigningMethodRS256, rsaKey, Claims(e.Subject, with(map[string]any{"nbf": time.Now().Add(10 * time.Minute).Unix()})), "")},
+		{"no exp", Sign(t, jwt.SigningMethodRS256, rsaKey, Claims(e.Subject, with(map[string]any{"exp": nil})), "")},
+		{"wrong iss", Sign(t, jwt.SigningMethodRS256, rsaKey, Claims(e.Subject, with(map[string]any{"iss": "https://evil.test"})), "")},
+		{"wrong aud", Sign(t, jwt.SigningMethodRS256, rsaKey, Claims(e.Subject, with(map[string]any{"aud": "other"})), "")},
+		{"no sub", Sign(t, jwt.SigningMethodRS256, rsaKey, Claims("", std), "")},
 		{"1 MB bogus token", strings.Repeat("A", 1_000_000)},
 		{"not a JWT", "hello"},
 	} {
