@@ -227,6 +227,34 @@ func TestSlessUp(t *testing.T) {
 		}
 	})
 
+	// Tenant code writes the job's result: it must not make the host read a host file into the
+	// job's status (a symlink in the result's place) or hang sless up (a FIFO there).
+	t.Run("a job's result cannot read the host or hang it", func(t *testing.T) {
+		canary := filepath.Join(t.TempDir(), "host-secret")
+		if err := os.WriteFile(canary, []byte("CANARY-host-secret"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		handler := "import os, sys\n" +
+			"def handle(event):\n" +
+			"    p = os.environ['TERMINATION_LOG']\n" +
+			"    if os.path.lexists(p): os.remove(p)\n" +
+			"    if event['attack'] == 'symlink': os.symlink(event['target'], p)\n" +
+			"    else: os.mkfifo(p)\n" +
+			"    sys.stdout.flush()\n" +
+			"    os._exit(0)\n"
+		u.deploy(t, "evil", "python3.11", map[string]string{"handler.py": handler})
+		for _, attack := range []string{"symlink", "fifo"} {
+			ev := fmt.Sprintf(`{"attack":%q,"target":%q}`, attack, canary)
+			if _, err := u.c.CreateJob(ctx, apiv1.Job{Name: "evil-" + attack, FunctionRef: "evil", EventJSON: ev, RunID: 1}); err != nil {
+				t.Fatal(err)
+			}
+			j := waitJob(t, u, "evil-"+attack, 1)
+			if strings.Contains(j.Status.Message, "CANARY") || !strings.Contains(j.Status.Message, "not a regular file") {
+				t.Errorf("%s in the result's place: job %+v", attack, j.Status)
+			}
+		}
+	})
+
 	t.Run("cron fires on the injected clock", func(t *testing.T) {
 		u.deploy(t, "ticker", "python3.11", map[string]string{"handler.py": "def handle(event):\n    print('tick', event)\n    return {'source': event['source'], 'at': event['scheduled_time']}\n"})
 		if _, err := u.c.CreateTrigger(ctx, apiv1.Trigger{Name: "every5", Type: "cron", FunctionRef: "ticker", Schedule: "*/5 * * * *"}); err != nil {
