@@ -196,31 +196,41 @@ func checkRequirements(b []byte) error {
 	return nil
 }
 
+// publicNPMRegistry is where npm resolves packages when no registry is configured.
+const publicNPMRegistry = "registry.npmjs.org"
+
 // shareable reports whether the install cannot run tenant-controlled code and is fully pinned, so
 // its layer may be shared across tenants: pip with a hash on every requirement (installed with
 // --only-binary=:all: --require-hashes), npm with an integrity on every lockfile package (installed
-// with --ignore-scripts).
+// with --ignore-scripts). Anything that could bring code from elsewhere or build it makes the
+// install the tenant's own: an option on a requirement line other than its hashes (a
+// --no-binary would let pip build an sdist, running setup.py), a direct reference
+// (pkg @ https://…), or an npm package resolved from a host that is neither the configured
+// registry nor the public one.
 func (s Spec) shareable() bool {
 	switch s.Runtime {
 	case "python3.11":
-		any := false
 		lines, _ := logicalLines(s.Files[Requirements])
 		for _, l := range lines {
-			if !strings.Contains(l, "--hash=sha256:") || !strings.Contains(l, "==") {
+			if !pinnedRequirement(l) {
 				return false
 			}
-			any = true
 		}
-		return any
+		return len(lines) > 0
 	case "nodejs20":
 		var lock struct {
 			Packages map[string]struct {
 				Integrity string `json:"integrity"`
+				Resolved  string `json:"resolved"`
 				Link      bool   `json:"link"`
 			} `json:"packages"`
 		}
 		if json.Unmarshal(s.Files[PackageLock], &lock) != nil || len(lock.Packages) == 0 {
 			return false
+		}
+		hosts := map[string]bool{publicNPMRegistry: true}
+		if u, err := url.Parse(s.IndexURL); err == nil && u.Host != "" {
+			hosts[u.Host] = true
 		}
 		for path, p := range lock.Packages {
 			if path == "" || p.Link {
@@ -229,10 +239,55 @@ func (s Spec) shareable() bool {
 			if p.Integrity == "" {
 				return false
 			}
+			if p.Resolved != "" {
+				u, err := url.Parse(p.Resolved)
+				if err != nil || (u.Scheme != "https" && u.Scheme != "http") || !hosts[u.Host] {
+					return false
+				}
+			}
 		}
 		return true
 	}
 	return false
+}
+
+// pinnedRequirement: "name==version" (extras and environment markers allowed) followed by nothing
+// but its --hash=sha256:… options, at least one.
+func pinnedRequirement(line string) bool {
+	req, marker, _ := strings.Cut(line, ";")
+	fields := strings.Fields(req)
+	if len(fields) == 0 || !strings.Contains(fields[0], "==") || strings.HasPrefix(fields[0], "-") {
+		return false
+	}
+	// The options may follow the marker: split them off wherever they start.
+	opts := fields[1:]
+	if marker != "" {
+		mf := strings.Fields(marker)
+		for i, f := range mf {
+			if strings.HasPrefix(f, "-") {
+				opts = append(opts, mf[i:]...)
+				break
+			}
+		}
+	}
+	if strings.Contains(req, "@") || strings.Contains(req, "://") {
+		return false // a direct reference: the file comes from wherever it says
+	}
+	hashes := 0
+	for i := 0; i < len(opts); i++ {
+		switch o := opts[i]; {
+		case strings.HasPrefix(o, "--hash=sha256:"):
+			hashes++
+		case o == "--hash" && i+1 < len(opts) && strings.HasPrefix(opts[i+1], "sha256:"):
+			hashes++
+			i++
+		case strings.HasPrefix(o, "-"):
+			return false // --no-binary, --global-option, --config-settings, …: not a pinned binary install
+		default:
+			return false // something between the requirement and its options
+		}
+	}
+	return hashes > 0
 }
 
 // Key is the content address of a Spec's layer: sha256 over the runtime image digest, the manifest

@@ -210,3 +210,53 @@ func TestCacheFailureCachesNothing(t *testing.T) {
 		t.Errorf("retry after a failure: %+v %v runs=%d", res, err, r.runs.Load())
 	}
 }
+
+// What may be shared across tenants is only an install that runs no tenant code and fetches
+// nothing the tenant chose. Each of these would run package code or fetch from elsewhere, so it
+// must stay the tenant's own (its key depends on the namespace).
+func TestShareableBypassesClosed(t *testing.T) {
+	hash := "--hash=sha256:" + strings.Repeat("ab", 32)
+	npm := func(lock string) deps.Spec {
+		return deps.Spec{Runtime: "nodejs20", RuntimeImage: "r@sha256:" + strings.Repeat("b", 64), IndexURL: "http://10.88.0.1:4873",
+			Files: map[string][]byte{deps.PackageJSON: []byte(`{}`), deps.PackageLock: []byte(lock)}}
+	}
+	entry := func(resolved string) string {
+		return `{"lockfileVersion":3,"packages":{"":{},"node_modules/a":{"version":"1.0.0","integrity":"sha512-x","resolved":"` + resolved + `"}}}`
+	}
+	for _, tc := range []struct {
+		name   string
+		spec   deps.Spec
+		shared bool
+	}{
+		{"pip pinned with hashes", pySpec("six==1.16.0 "+hash+"\n", ""), true},
+		{"pip pinned, two hashes, one separate", pySpec("six==1.16.0 "+hash+" --hash sha256:"+strings.Repeat("cd", 32)+"\n", ""), true},
+		{"pip pinned with a marker", pySpec("six==1.16.0 ; python_version >= \"3.8\" "+hash+"\n", ""), true},
+		{"pip --no-binary on the line", pySpec("six==1.16.0 "+hash+" --no-binary six\n", ""), false},
+		{"pip --no-binary=:all: on the line", pySpec("six==1.16.0 "+hash+" --no-binary=:all:\n", ""), false},
+		{"pip --no-binary as its own line", pySpec("--no-binary :all:\nsix==1.16.0 "+hash+"\n", ""), false},
+		{"pip --global-option", pySpec("six==1.16.0 "+hash+" --global-option=build_ext\n", ""), false},
+		{"pip direct reference", pySpec("six @ https://evil.example/six-1.16.0.tar.gz "+hash+"\n", ""), false},
+		{"pip direct reference without spaces", pySpec("six@https://evil.example/six.whl==1 "+hash+"\n", ""), false},
+		{"pip unpinned", pySpec("six>=1 "+hash+"\n", ""), false},
+		{"pip without a hash", pySpec("six==1.16.0\n", ""), false},
+		{"npm from the public registry", npm(entry("https://registry.npmjs.org/a/-/a-1.0.0.tgz")), true},
+		{"npm from the configured registry", npm(entry("http://10.88.0.1:4873/a/-/a-1.0.0.tgz")), true},
+		{"npm from another host", npm(entry("https://evil.example/a/-/a-1.0.0.tgz")), false},
+		{"npm from git", npm(entry("git+ssh://git@github.com/x/a.git#abc")), false},
+		{"npm from a file", npm(entry("file:../a")), false},
+		{"npm without integrity", npm(`{"lockfileVersion":3,"packages":{"":{},"node_modules/a":{"version":"1.0.0","resolved":"https://registry.npmjs.org/a/-/a-1.0.0.tgz"}}}`), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := tc.spec, tc.spec
+			a.Namespace, b.Namespace = "sless-a", "sless-b"
+			ka, err := deps.Key(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kb, _ := deps.Key(b)
+			if shared := ka == kb; shared != tc.shared {
+				t.Errorf("shared across tenants = %v, want %v", shared, tc.shared)
+			}
+		})
+	}
+}
