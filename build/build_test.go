@@ -41,7 +41,7 @@ func TestKeyGolden(t *testing.T) {
 		t.Errorf("build.Key moved: got %s, want %s", got, want)
 	}
 	other := req
-	other.Namespace, other.Deps = "sless-ffffffffffffffff", deps.NewCache(nil, nil, "")
+	other.Namespace, other.Deps = "sless-ffffffffffffffff", deps.NewCache(nil, nil, nil, "")
 	if build.Key(other, runtimeImage) != build.Key(req, runtimeImage) {
 		t.Error("the key depends on the namespace or Deps; only code, runtime, runtime image and entrypoint decide the image")
 	}

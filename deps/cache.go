@@ -123,13 +123,15 @@ type Result struct {
 type Cache struct {
 	store    Store
 	resolver Resolver
+	pins     Pins
 	tempDir  string
 	flight   singleflight.Group
 }
 
-// NewCache makes a Cache. tempDir holds the install's in/out dirs ("" for os.TempDir()).
-func NewCache(store Store, resolver Resolver, tempDir string) *Cache {
-	return &Cache{store: store, resolver: resolver, tempDir: tempDir}
+// NewCache makes a Cache. pins records each key's layer (Pinned); tempDir holds the install's
+// in/out dirs ("" for os.TempDir()).
+func NewCache(store Store, resolver Resolver, pins Pins, tempDir string) *Cache {
+	return &Cache{store: store, resolver: resolver, pins: pins, tempDir: tempDir}
 }
 
 // Layer returns the dependency layer for s, placed under dir (/app/deps, /app/node_modules).
@@ -144,6 +146,9 @@ func (c *Cache) Layer(ctx context.Context, s Spec, dir string) (Result, error) {
 	}
 	v, err, _ := c.flight.Do(key, func() (any, error) {
 		if l, err := c.store.Get(ctx, key); err == nil {
+			if l, err = Pinned(ctx, c.pins, key, l, dir); err != nil {
+				return nil, err
+			}
 			return Result{Layer: l, Key: key, Cached: true, Warning: in.Warning}, nil
 		} else if !errors.Is(err, ErrNotFound) {
 			return nil, fmt.Errorf("reading the deps cache: %w", err)
@@ -155,6 +160,15 @@ func (c *Cache) Layer(ctx context.Context, s Spec, dir string) (Result, error) {
 		stored, err := c.store.Put(ctx, key, l)
 		if err != nil {
 			return nil, err
+		}
+		// This install made the layer: it is what the key stands for from now on (also after the
+		// tag was lost and the key installed again).
+		d, err := stored.Digest()
+		if err == nil {
+			err = c.pins.SetPin(ctx, key, d.String())
+		}
+		if err != nil {
+			return nil, fmt.Errorf("recording dependency layer %s: %w", short(key), err)
 		}
 		return Result{Layer: stored, Key: key, Warning: in.Warning}, nil
 	})

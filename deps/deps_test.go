@@ -149,7 +149,7 @@ func TestCacheResolvesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &fakeResolver{gate: make(chan struct{})}
-	c := deps.NewCache(store, r, t.TempDir())
+	c := deps.NewCache(store, r, &deps.MemPins{}, t.TempDir())
 	ctx := context.Background()
 	spec := pySpec("tinypkg==1.0\n", "sless-a")
 	var wg sync.WaitGroup
@@ -174,7 +174,7 @@ func TestCacheResolvesOnce(t *testing.T) {
 		}
 	}
 	// A later build (a fresh cache, as after a restart) finds the layer in the registry.
-	again, err := deps.NewCache(store, r, t.TempDir()).Layer(ctx, spec, "/app/deps")
+	again, err := deps.NewCache(store, r, &deps.MemPins{}, t.TempDir()).Layer(ctx, spec, "/app/deps")
 	if err != nil || !again.Cached || r.runs.Load() != 1 {
 		t.Fatalf("second build: cached=%v runs=%d err=%v", again.Cached, r.runs.Load(), err)
 	}
@@ -182,7 +182,7 @@ func TestCacheResolvesOnce(t *testing.T) {
 		t.Errorf("cached layer %s, resolved %s", d, d0)
 	}
 	// Resolving the same key again from scratch gives the same bytes (deterministic layer).
-	fresh, err := deps.NewCache(&deps.MemStore{}, &fakeResolver{}, t.TempDir()).Layer(ctx, spec, "/app/deps")
+	fresh, err := deps.NewCache(&deps.MemStore{}, &fakeResolver{}, &deps.MemPins{}, t.TempDir()).Layer(ctx, spec, "/app/deps")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestCacheResolvesOnce(t *testing.T) {
 func TestCacheFailureCachesNothing(t *testing.T) {
 	store := &deps.MemStore{}
 	r := &fakeResolver{fail: &deps.InstallError{Output: "ERROR: No matching distribution found for nosuchpkg"}}
-	c := deps.NewCache(store, r, t.TempDir())
+	c := deps.NewCache(store, r, &deps.MemPins{}, t.TempDir())
 	spec := pySpec("nosuchpkg==9\n", "ns")
 	_, err := c.Layer(context.Background(), spec, "/app/deps")
 	var ie *deps.InstallError

@@ -3,6 +3,7 @@ package local_test
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -20,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
@@ -166,6 +168,30 @@ func TestDependencies(t *testing.T) {
 		}
 		if got := depsLayerDigest(t, f.Status.Image); got != firstLayer {
 			t.Errorf("pip's second install of the same key gave layer %s, the first %s (not deterministic)", got, firstLayer)
+		}
+	})
+	// Anyone who can push to the registry could replace a cached layer that other builds mount
+	// (and a shared key is mounted by other tenants): the layer is pinned when first stored, and a
+	// moved tag is refused. The function keeps serving what it served.
+	t.Run("a cached layer replaced in the registry is refused", func(t *testing.T) {
+		before, _ := u.c.GetFunction(context.Background(), "pyd3")
+		dir := t.TempDir()
+		os.MkdirAll(filepath.Join(dir, "tinypkg"), 0o755)
+		os.WriteFile(filepath.Join(dir, "tinypkg", "__init__.py"), []byte("VALUE = 'pwned'\n"), 0o644)
+		evil, err := deps.LayerFromDir(dir, "/app/deps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, _ := deps.NewRegistryStore(u.RegAddr + "/sless/deps")
+		if _, err := store.Put(context.Background(), firstKey, evil); err != nil {
+			t.Fatal(err)
+		}
+		f := u.deploy(t, "pyd3", "python3.11", map[string]string{"handler.py": fmt.Sprintf(handler, 7), "requirements.txt": "tinypkg==1.0\n"})
+		if f.Status.Phase != apiv1.PhaseFailed || !strings.Contains(f.Status.Message, "replaced in the store") {
+			t.Fatalf("status %+v", f.Status)
+		}
+		if code, body := u.get("/fn/" + ns + "/pyd3"); code != 200 || !strings.Contains(body, `"value": 42`) || f.Status.Image != before.Status.Image {
+			t.Errorf("the previous version must keep serving: %d %s (image %s, was %s)", code, body, f.Status.Image, before.Status.Image)
 		}
 	})
 	t.Run("npm from the npm registry", func(t *testing.T) {

@@ -157,7 +157,7 @@ func (p *Platform) Run(ctx context.Context) error {
 		return err
 	}
 	pipeline, err := build.New(p.code, p.builder, build.WithRegistry(p.reg.Addr()), build.WithRuntimes(images),
-		build.WithDeps(deps.NewCache(store, &depsResolver{p: p}, p.cfg.DataDir)),
+		build.WithDeps(deps.NewCache(store, &depsResolver{p: p}, p.db, p.cfg.DataDir)),
 		build.WithIndex(apiv1.RuntimePython311, p.cfg.PipIndexURL), build.WithIndex(apiv1.RuntimeNodejs20, p.cfg.NPMRegistry),
 		build.WithObserver(p.cfg.ObserveBuild), build.WithTempDir(p.cfg.DataDir))
 	if err != nil {

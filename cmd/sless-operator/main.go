@@ -240,7 +240,8 @@ func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observ
 		if err != nil {
 			return err
 		}
-		depsCfg = &controllers.DepsConfig{Store: store, Repo: c.registry + "/sless/deps", OperatorImage: c.operatorImage, Insecure: c.insecure}
+		depsCfg = &controllers.DepsConfig{Store: store, Repo: c.registry + "/sless/deps", OperatorImage: c.operatorImage, Insecure: c.insecure,
+			Pins: &controllers.ConfigMapPins{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: c.operatorNS}}
 	}
 	recorder := mgr.GetEventRecorderFor("sless-operator")
 	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Pipeline: pipeline, Code: code,

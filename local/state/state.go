@@ -23,6 +23,7 @@ var (
 	bucketJobs        = []byte("jobs")
 	bucketBuilds      = []byte("builds")
 	bucketInvocations = []byte("invocations")
+	bucketDepsPins    = []byte("deps_pins")
 )
 
 // schemaVersion 2 keeps spec and status apart (version 1, before it, had no meta bucket).
@@ -59,7 +60,7 @@ func Open(path string, onChange func(k Kind, ns, name string)) (*DB, error) {
 		return nil, fmt.Errorf("opening state %s (is another sless up using this data dir?): %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketNamespaces, bucketFunctions, bucketTriggers, bucketJobs, bucketBuilds, bucketInvocations} {
+		for _, b := range [][]byte{bucketMeta, bucketNamespaces, bucketFunctions, bucketTriggers, bucketJobs, bucketBuilds, bucketInvocations, bucketDepsPins} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -375,4 +376,16 @@ func (s *DB) PutBuild(ns, name string, b Build) error {
 // DeleteBuild forgets ns/name's builds.
 func (s *DB) DeleteBuild(ns, name string) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketBuilds).Delete(key(ns, name)) })
+}
+
+// Pin is the digest recorded for a dependency layer key ("" when none is): deps.Pins.
+func (s *DB) Pin(_ context.Context, key string) (string, error) {
+	var d string
+	err := s.db.View(func(tx *bolt.Tx) error { d = string(tx.Bucket(bucketDepsPins).Get([]byte(key))); return nil })
+	return d, err
+}
+
+// SetPin records the digest of a dependency layer key.
+func (s *DB) SetPin(_ context.Context, key, digest string) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketDepsPins).Put([]byte(key), []byte(digest)) })
 }

@@ -33,6 +33,9 @@ type DepsConfig struct {
 	OperatorImage string
 	// Insecure lets the Job push over plain HTTP.
 	Insecure bool
+	// Pins records each key's layer the first time it is read from the store (deps.Pinned); a
+	// ConfigMapPins in the operator's namespace. Required.
+	Pins deps.Pins
 }
 
 // jobDeps makes a Function's dependency layer with a Job on a cache miss (build.Deps): the build
@@ -91,6 +94,9 @@ func (d *jobDeps) Layer(ctx context.Context, spec deps.Spec, dir string) (deps.R
 	}
 	l, err := r.Deps.Store.Get(ctx, key)
 	if err == nil {
+		if l, err = deps.Pinned(ctx, r.Deps.Pins, key, l, dir); err != nil {
+			return deps.Result{}, err
+		}
 		return deps.Result{Layer: l, Key: key, Cached: !jobFound, Warning: in.Warning}, nil
 	}
 	if !errors.Is(err, deps.ErrNotFound) {

@@ -38,7 +38,8 @@ func TestDependenciesJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, _ := e.start(func(c *startConfig) {
-		c.deps = &controllers.DepsConfig{Store: store, Repo: e.reg + "/sless/deps", OperatorImage: e.runtime, Insecure: true}
+		c.deps = &controllers.DepsConfig{Store: store, Repo: e.reg + "/sless/deps", OperatorImage: e.runtime, Insecure: true,
+			Pins: &controllers.ConfigMapPins{Client: e.c, Reader: e.c, Namespace: e.ns}}
 		c.pipeline = append(c.pipeline, build.WithIndex("python3.11", index))
 	})
 	requirements := "six==1.16.0\n"
@@ -219,6 +220,32 @@ func TestDependenciesJob(t *testing.T) {
 		}
 		if f := e.fn("pushfail"); f.Status.FailedBuildKey != "" {
 			t.Errorf("a platform failure marked the build failed for good: %+v", f.Status)
+		}
+	})
+	t.Run("a dependency layer replaced in the registry is refused", func(t *testing.T) {
+		var pins corev1.ConfigMap
+		if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "sless-deps-pins"}, &pins); err != nil || pins.Data[key] != depsDigest {
+			t.Fatalf("the pin of %s: %v %v, want %s", key[:12], pins.Data, err, depsDigest)
+		}
+		// Someone who can push to the registry moves the tag to a layer that replaces the runtime.
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "six.py"), []byte("PY3 = 'pwned'\n"), 0o644)
+		evil, err := deps.LayerFromDir(dir, "/app/deps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Put(ctx, key, evil); err != nil {
+			t.Fatal(err)
+		}
+		e.create("app3", e.upload("app3", map[string]string{"handler.py": "import six\ndef handle(e):\n    return six.PY3\n", "requirements.txt": requirements}))
+		var msg string
+		eventually(t, "Failed: the layer was replaced", func() bool {
+			f := e.fn("app3")
+			msg = f.Status.Message
+			return f.Status.Phase == apiv1.PhaseFailed
+		})
+		if !strings.Contains(msg, "replaced in the store") || e.deployment("app3") != nil {
+			t.Errorf("message %q (deployment %v)", msg, e.deployment("app3") != nil)
 		}
 	})
 	t.Run("dependencies on an operator without a deps cache: a clear error", func(t *testing.T) {
