@@ -64,14 +64,15 @@ func (c *controller) recover(ctx context.Context) error {
 			}()
 		}
 	}
+	p.run.CleanEnv(names)
 	for _, ct := range cs {
 		switch {
 		case ct.Labels[runspec.LabelRole] == string(runspec.RoleCron):
 			// A cron run interrupted by the stop: it is not recorded, and the schedule goes on.
-			p.pm.Remove(ctx, ct.Name, 5)
+			p.run.Remove(ctx, ct.Name, 5)
 		case ct.Labels[runspec.LabelRole] == string(runspec.RoleFunction) && !known[ct.Labels[runspec.LabelNamespace]+"/"+ct.Labels[runspec.LabelFunction]]:
 			p.log.Info("removing orphaned container", "container", ct.Name)
-			p.pm.Remove(ctx, ct.Name, 5)
+			p.run.Remove(ctx, ct.Name, 5)
 		}
 	}
 	return nil

@@ -120,6 +120,12 @@ func TestSlessUp(t *testing.T) {
 		if mem := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "inspect", cs[0], "--format", "{{.HostConfig.Memory}}")))); mem != "134217728" {
 			t.Errorf("memory limit %s, want memory_mb 128 = 134217728", mem)
 		}
+		// Nor on podman's command line (every process of the host sees it) or in the container's
+		// config: they reach the runtime in a file only the function's user can read.
+		if env := string(mustOutput(t, podman.Command(ctx, "inspect", cs[0], "--format", "{{.Config.Env}}"))); strings.Contains(env, "GREETING") ||
+			!strings.Contains(env, "SLESS_ENV_FILE=") {
+			t.Errorf("the container's config holds the user's variables: %s", env)
+		}
 		// The user's env vars are not in the image: they are set at run time.
 		if strings.Contains(string(mustOutput(t, podman.Command(ctx, "image", "inspect", f.Status.Image, "--format", "{{.Config.Env}}"))), "GREETING") {
 			t.Error("env vars were baked into the image")

@@ -56,8 +56,14 @@ func TestUpgradeAdoptsAnEarlierVersion(t *testing.T) {
 		"dev.sless.port": labels["sless.dev/port"], "dev.sless.role": "function"} {
 		args = append(args, "--label", k+"="+v)
 	}
+	// The earlier version put the user's variables on the command line (no SLESS_ENV_FILE).
 	for _, e := range inspected[0].Config.Env {
-		args = append(args, "-e", e)
+		if !strings.HasPrefix(e, "SLESS_ENV_FILE=") {
+			args = append(args, "-e", e)
+		}
+	}
+	for k, v := range f.EnvVars {
+		args = append(args, "-e", k+"="+v)
 	}
 	args = append(append(args, testenv.PodmanRunFlags...), f.Status.Image)
 	oldID := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, args...))))

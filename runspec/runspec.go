@@ -68,15 +68,24 @@ const (
 	// since the epoch of the scheduled time>". A CronJob's template cannot hold the scheduled time, so
 	// the runtime fills the event's scheduled_time from it (see CronEvent).
 	EnvCronJob = "SLESS_CRON_JOB"
+	// EnvFile names a JSON object {"NAME": "value"} the runtime adds to its environment before it
+	// reads any of it: how the single host hands over the user's env vars and a job's event
+	// without putting them on a command line (podman's arguments are visible to every process of
+	// the host).
+	EnvFile = "SLESS_ENV_FILE"
 )
 
 // reserved are set by the platform or the runtime image; a user's value would break the runtime.
 var reserved = map[string]bool{"HANDLER": true, EnvPort: true, EnvHost: true, "FUNCTION_DIR": true,
 	EnvTimeoutSec: true, "MAX_BODY_BYTES": true, EnvGraceSec: true, EnvJobMode: true, EnvEventJSON: true,
-	EnvTerminationLog: true, EnvCronJob: true, "PYTHONPATH": true, "NODE_PATH": true}
+	EnvTerminationLog: true, EnvCronJob: true, EnvFile: true, "PYTHONPATH": true, "NODE_PATH": true}
 
 // Reserved reports whether name is set by the platform, so a user may not set it.
 func Reserved(name string) bool { return reserved[name] }
+
+// Private reports whether a variable of Env or JobEnv carries what the user gave (their env vars,
+// a job's event) rather than the platform's settings: what must not appear on a command line.
+func Private(name string) bool { return !reserved[name] || name == EnvEventJSON }
 
 // EnvVar is one variable, in the order Env returns them.
 type EnvVar struct{ Name, Value string }

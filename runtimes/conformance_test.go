@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -429,6 +430,31 @@ func TestJobMode(t *testing.T) {
 				if want, _ := runspec.ScheduledTimeOfJob(tc.job); tc.want != "" && tc.event == runspec.CronEvent("nightly", time.Time{}) && want.Format(time.RFC3339) != got {
 					t.Errorf("the runtime and runspec.ScheduledTimeOfJob disagree: %s vs %s", got, want.Format(time.RFC3339))
 				}
+			}
+		})
+		// The single host hands over the user's variables and the event in a file, not on podman's
+		// command line: the runtime loads them before anything else (a multi-line value too).
+		t.Run(l.name+"/variables and the event from SLESS_ENV_FILE", func(t *testing.T) {
+			echo := "handler.echo_event"
+			if l.interp == "node" {
+				echo = "handler.echoEvent"
+			}
+			file := filepath.Join(t.TempDir(), "env.json")
+			pem := "-----BEGIN KEY-----\nabc\n-----END KEY-----"
+			b, _ := json.Marshal(map[string]string{"EVENT_JSON": `{"from":"file","pem":` + strconv.Quote(pem) + `}`, "SECRET_PEM": pem})
+			os.WriteFile(file, b, 0o400)
+			cmd, _ := command(t, l, "JOB_MODE=1", "HANDLER="+echo, runspec.EnvFile+"="+file)
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			if ev := jsonOf(t, []byte(lines[len(lines)-1])); ev["from"] != "file" || ev["pem"] != pem {
+				t.Errorf("event %v", ev)
+			}
+			bad, _ := command(t, l, "JOB_MODE=1", "HANDLER="+echo, runspec.EnvFile+"="+filepath.Join(t.TempDir(), "missing.json"))
+			if err := bad.Run(); err == nil {
+				t.Error("a missing SLESS_ENV_FILE was ignored")
 			}
 		})
 		t.Run(l.name+"/bad EVENT_JSON", func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -142,12 +143,67 @@ func ContainerName(f Function) string {
 	return fmt.Sprintf("sless-%s-%s-%.12s-%s", f.Namespace, f.Name, digest, hex.EncodeToString(h.Sum(nil))[:6])
 }
 
-func toPodman(vars []runspec.EnvVar) []podman.EnvVar {
-	out := make([]podman.EnvVar, len(vars))
-	for i, v := range vars {
-		out[i] = podman.EnvVar{Name: v.Name, Value: v.Value}
+// envMount is where a container finds its private variables (runspec.EnvFile).
+const envMount = "/run/sless-env"
+
+// envDir holds the private variables of container name on the host.
+func (r *Runner) envDir(name string) string { return filepath.Join(r.dataDir, "env", name) }
+
+// environment splits vars: the platform's go on podman's command line, the private ones (the
+// user's env vars, a job's event) into a file only the function's user can read, mounted
+// read-only, which the runtime loads (runspec.EnvFile). It returns the command-line variables and
+// the volume to mount.
+func (r *Runner) environment(container string, vars []runspec.EnvVar) ([]podman.EnvVar, string, error) {
+	private := map[string]string{}
+	var public []podman.EnvVar
+	for _, v := range vars {
+		if runspec.Private(v.Name) {
+			private[v.Name] = v.Value
+		} else {
+			public = append(public, podman.EnvVar{Name: v.Name, Value: v.Value})
+		}
 	}
-	return out
+	dir := r.envDir(container)
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, "", err
+	}
+	b, err := json.Marshal(private)
+	if err != nil {
+		return nil, "", err
+	}
+	file := filepath.Join(dir, "env.json")
+	if err := os.WriteFile(file, b, 0o400); err != nil {
+		return nil, "", err
+	}
+	// Owned by the function's user: readable by it, by nobody else (and writable by no one).
+	if err := errors.Join(os.Chown(file, runspec.UID, runspec.GID), os.Chown(dir, runspec.UID, runspec.GID), os.Chmod(dir, 0o500)); err != nil {
+		return nil, "", err
+	}
+	public = append(public, podman.EnvVar{Name: runspec.EnvFile, Value: envMount + "/env.json"})
+	return public, dir + ":" + envMount + ":ro", nil
+}
+
+// remove removes a container and what the runner kept for it.
+func (r *Runner) remove(ctx context.Context, name string, grace int) error {
+	err := r.pm.Remove(ctx, name, grace)
+	os.RemoveAll(r.envDir(name))
+	return err
+}
+
+// CleanEnv removes the private variables of containers that are gone (keep: the names that run).
+func (r *Runner) CleanEnv(keep map[string]bool) {
+	entries, _ := os.ReadDir(filepath.Join(r.dataDir, "env"))
+	for _, e := range entries {
+		if !keep[e.Name()] {
+			os.RemoveAll(filepath.Join(r.dataDir, "env", e.Name()))
+		}
+	}
+}
+
+// Remove removes a container of this instance (and its private variables).
+func (r *Runner) Remove(ctx context.Context, name string, grace int) error {
+	return r.remove(ctx, name, grace)
 }
 
 // Serve runs (or adopts) the function's container and waits until its health check answers. It
@@ -157,18 +213,23 @@ func (r *Runner) Serve(ctx context.Context, f Function, port int) (*Instance, er
 	if inst := r.adopt(ctx, cname); inst != nil {
 		return inst, nil
 	}
-	r.pm.Remove(ctx, cname, 5) // a stopped leftover of the same name
+	r.remove(ctx, cname, 5) // a stopped leftover of the same name
 	labels := map[string]string{runspec.LabelInstance: r.instance, runspec.LabelNamespace: f.Namespace, runspec.LabelFunction: f.Name,
 		runspec.LabelPort: strconv.Itoa(port), runspec.LabelRole: string(runspec.RoleFunction)}
-	if _, err := r.pm.Start(ctx, podman.Spec{Name: cname, Image: f.Image, Labels: labels, Env: toPodman(runspec.Env(f.instance(port))),
+	env, volume, err := r.environment(cname, runspec.Env(f.instance(port)))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.pm.Start(ctx, podman.Spec{Name: cname, Image: f.Image, Labels: labels, Env: env, Volumes: []string{volume},
 		Detach: true, MemoryMB: f.MemoryMB}); err != nil {
+		os.RemoveAll(r.envDir(cname))
 		return nil, fmt.Errorf("starting the container: %w", err)
 	}
 	u, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(port))
 	inst := &Instance{Name: cname, URL: u}
 	if err := r.waitHealthy(ctx, inst); err != nil {
 		stdout, stderr := r.pm.Logs(ctx, cname, 20)
-		r.pm.Remove(context.WithoutCancel(ctx), cname, 5)
+		r.remove(context.WithoutCancel(ctx), cname, 5)
 		return nil, fmt.Errorf("%v; last output:\n%s", err, strings.TrimSpace(podman.LastLines(stderr+stdout, 15)))
 	}
 	return inst, nil
@@ -274,7 +335,7 @@ func (r *Runner) RemoveWhere(ctx context.Context, grace int, match func(Containe
 	}
 	for _, c := range cs {
 		if match(c) {
-			r.pm.Remove(ctx, c.Name, grace)
+			r.remove(ctx, c.Name, grace)
 		}
 	}
 }
@@ -302,7 +363,7 @@ type Outcome struct {
 // RunOnce runs a job-mode container to completion.
 func (r *Runner) RunOnce(ctx context.Context, run Run) Outcome {
 	resultDir := r.resultDir(run.Container)
-	r.pm.Remove(context.WithoutCancel(ctx), run.Container, 5)
+	r.remove(context.WithoutCancel(ctx), run.Container, 5)
 	os.RemoveAll(resultDir)
 	// Job mode writes its result (or error) to TERMINATION_LOG, as on Kubernetes; a host directory
 	// mounted there hands it over without depending on the log pipeline.
@@ -315,10 +376,15 @@ func (r *Runner) RunOnce(ctx context.Context, run Run) Outcome {
 	if run.Job != "" {
 		labels[runspec.LabelJob] = run.Job
 	}
-	env := append(runspec.JobEnv(run.Function.instance(0), run.Event), runspec.EnvVar{Name: runspec.EnvTerminationLog, Value: "/run/sless/result"})
-	spec := podman.Spec{Name: run.Container, Image: run.Function.Image, Labels: labels, Env: toPodman(env), Detach: true,
-		MemoryMB: run.Function.MemoryMB, Volumes: []string{resultDir + ":/run/sless"}}
+	env, volume, err := r.environment(run.Container, append(runspec.JobEnv(run.Function.instance(0), run.Event),
+		runspec.EnvVar{Name: runspec.EnvTerminationLog, Value: "/run/sless/result"}))
+	if err != nil {
+		return Outcome{Message: err.Error()}
+	}
+	spec := podman.Spec{Name: run.Container, Image: run.Function.Image, Labels: labels, Env: env, Detach: true,
+		MemoryMB: run.Function.MemoryMB, Volumes: []string{resultDir + ":/run/sless", volume}}
 	if _, err := r.pm.Start(context.WithoutCancel(ctx), spec); err != nil {
+		os.RemoveAll(r.envDir(run.Container))
 		return Outcome{Message: err.Error()}
 	}
 	return r.Attach(ctx, run.Container)
@@ -341,7 +407,7 @@ func (r *Runner) Attach(ctx context.Context, container string) Outcome {
 		time.Sleep(100 * time.Millisecond)
 		stdout, stderr = r.pm.Logs(ctx, container, 50)
 	}
-	r.pm.Remove(ctx, container, 5)
+	r.remove(ctx, container, 5)
 	if err != nil {
 		return Outcome{Message: err.Error()}
 	}

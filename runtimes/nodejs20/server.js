@@ -6,6 +6,21 @@ const fs = require('fs');
 const path = require('path');
 const { pathToFileURL } = require('url');
 
+// SLESS_ENV_FILE names a JSON object of variables the runner did not put on the container's command
+// line (the user's env vars, a job's event): they join the environment before anything reads it.
+(function loadEnvFile() {
+  const file = process.env.SLESS_ENV_FILE;
+  if (!file) return;
+  let env;
+  try {
+    env = JSON.parse(fs.readFileSync(file, 'utf8'));
+  } catch (e) {
+    process.stderr.write(`sless: reading SLESS_ENV_FILE ${file}: ${e.message}\n`);
+    process.exit(1);
+  }
+  for (const [k, v] of Object.entries(env)) process.env[k] = String(v);
+})();
+
 const HANDLER = process.env.HANDLER || 'handler.handle';
 const FUNCTION_DIR = process.env.FUNCTION_DIR || '/app/function';
 const HOST = process.env.HOST || undefined; // all interfaces, as a pod needs; runners on a shared host narrow it

@@ -17,6 +17,26 @@ from concurrent.futures import ThreadPoolExecutor, TimeoutError as FuturesTimeou
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+
+def _load_env_file():
+    """SLESS_ENV_FILE names a JSON object of variables the runner did not put on the container's
+    command line (the user's env vars, a job's event): they join the environment before anything
+    reads it."""
+    path = os.environ.get("SLESS_ENV_FILE")
+    if not path:
+        return
+    try:
+        with open(path) as f:
+            env = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"sless: reading SLESS_ENV_FILE {path}: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    for k, v in env.items():
+        os.environ[str(k)] = str(v)
+
+
+_load_env_file()
+
 HANDLER = os.environ.get("HANDLER") or "handler.handle"
 FUNCTION_DIR = os.environ.get("FUNCTION_DIR") or "/app/function"
 HOST = os.environ.get("HOST") or ""  # all interfaces, as a pod needs; runners on a shared host narrow it
