@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -129,6 +130,41 @@ func TestSlessUp(t *testing.T) {
 		// The user's env vars are not in the image: they are set at run time.
 		if strings.Contains(string(mustOutput(t, podman.Command(ctx, "image", "inspect", f.Status.Image, "--format", "{{.Config.Env}}"))), "GREETING") {
 			t.Error("env vars were baked into the image")
+		}
+	})
+
+	// Tenant code runs confined as on Kubernetes (restricted): no capabilities, no privilege
+	// escalation, a read-only root with a writable /tmp, a bound on processes.
+	t.Run("a function runs confined", func(t *testing.T) {
+		probe := "import os\n" +
+			"def status(k):\n" +
+			"    return [l.split()[1] for l in open('/proc/self/status') if l.startswith(k + ':')][0]\n" +
+			"def writable(p):\n" +
+			"    try:\n" +
+			"        open(p, 'w').close(); return True\n" +
+			"    except OSError:\n" +
+			"        return False\n" +
+			"def rootfs():\n" +
+			"    return [l.split()[3].split(',')[0] for l in open('/proc/self/mounts') if l.split()[1] == '/'][-1]\n" +
+			"def handle(event):\n" +
+			"    return {'uid': os.getuid(), 'capbnd': status('CapBnd'), 'nnp': status('NoNewPrivs'),\n" +
+			"            'rootfs': rootfs(), 'tmp': writable('/tmp/probe')}\n"
+		u.deploy(t, "probe", "python3.11", map[string]string{"handler.py": probe})
+		code, body := u.get(fnPath("probe"))
+		var got map[string]any
+		if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil {
+			t.Fatalf("%d %s", code, body)
+		}
+		// (A non-root process has no effective capabilities anyway: the bounding set shows the drop.)
+		want := map[string]any{"uid": float64(65532), "capbnd": "0000000000000000", "nnp": "1", "rootfs": "ro", "tmp": true}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+			}
+		}
+		cs := containersOf("probe")
+		if pids := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "inspect", cs[0], "--format", "{{.HostConfig.PidsLimit}}")))); pids != "256" {
+			t.Errorf("pids limit %s, want 256", pids)
 		}
 	})
 

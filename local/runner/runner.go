@@ -221,7 +221,7 @@ func (r *Runner) Serve(ctx context.Context, f Function, port int) (*Instance, er
 		return nil, err
 	}
 	if _, err := r.pm.Start(ctx, podman.Spec{Name: cname, Image: f.Image, Labels: labels, Env: env, Volumes: []string{volume},
-		Detach: true, MemoryMB: f.MemoryMB}); err != nil {
+		Detach: true, MemoryMB: f.MemoryMB, Confined: true}); err != nil {
 		os.RemoveAll(r.envDir(cname))
 		return nil, fmt.Errorf("starting the container: %w", err)
 	}
@@ -382,7 +382,7 @@ func (r *Runner) RunOnce(ctx context.Context, run Run) Outcome {
 		return Outcome{Message: err.Error()}
 	}
 	spec := podman.Spec{Name: run.Container, Image: run.Function.Image, Labels: labels, Env: env, Detach: true,
-		MemoryMB: run.Function.MemoryMB, Volumes: []string{resultDir + ":/run/sless", volume}}
+		MemoryMB: run.Function.MemoryMB, Volumes: []string{resultDir + ":/run/sless", volume}, Confined: true}
 	if _, err := r.pm.Start(context.WithoutCancel(ctx), spec); err != nil {
 		os.RemoveAll(r.envDir(run.Container))
 		return Outcome{Message: err.Error()}
