@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/local/podman"
@@ -21,13 +23,31 @@ type depsResolver struct {
 
 var _ deps.Resolver = (*depsResolver)(nil)
 
-// Resolve runs the installer; on failure the error carries its last lines.
+// Limits of one dependency install: it runs the tenant's code (setup.py, npm scripts).
+const (
+	depsTimeout  = 10 * time.Minute
+	depsMemoryMB = 1536
+	// depsScratch bounds /work (pip's unpacked downloads, npm's cache), a tmpfs: the root
+	// filesystem here is ext4, so podman's --storage-opt size= cannot bound it.
+	depsScratch = "1g"
+)
+
+// Resolve runs the installer; on failure the error carries its last lines. The installer runs as
+// the function's non-root user, confined like a function, with memory, process and scratch
+// limits and a deadline; only /out (the layer to be) is written to the host.
 func (r *depsResolver) Resolve(ctx context.Context, s deps.Spec, in deps.Installer, inDir, outDir string) error {
 	p := r.p
-	spec := podman.Spec{Name: fmt.Sprintf("sless-deps-%s-%d", p.instance, r.runs.Add(1)), Image: s.RuntimeImage, Remove: true, User: "0:0",
+	ctx, cancel := context.WithTimeout(ctx, depsTimeout)
+	defer cancel()
+	if err := os.Chown(outDir, runspec.UID, runspec.GID); err != nil { // the installer's only writable host dir
+		return err
+	}
+	name := fmt.Sprintf("sless-deps-%s-%d", p.instance, r.runs.Add(1))
+	spec := podman.Spec{Name: name, Image: s.RuntimeImage, Remove: true, User: fmt.Sprintf("%d:%d", runspec.UID, runspec.GID),
 		Labels:  map[string]string{runspec.LabelInstance: p.instance, runspec.LabelRole: string(runspec.RoleDeps)},
-		Volumes: []string{inDir + ":/in:ro", outDir + ":" + deps.OutDir, strings.TrimSuffix(outDir, "/out") + "/work:/work"},
-		WorkDir: "/work", Command: in.Argv}
+		Volumes: []string{inDir + ":/in:ro", outDir + ":" + deps.OutDir}, Confined: true, MemoryMB: depsMemoryMB,
+		Flags:   []string{"--tmpfs", "/work:rw,nosuid,nodev,size=" + depsScratch + ",mode=1777"},
+		WorkDir: "/work", Command: in.Argv, Env: []podman.EnvVar{{Name: "TMPDIR", Value: "/work"}}}
 	if ca := p.cfg.DepsCAFile; ca != "" {
 		const inside = "/etc/sless/ca.crt"
 		spec.Volumes = append(spec.Volumes, ca+":"+inside+":ro")
@@ -41,6 +61,11 @@ func (r *depsResolver) Resolve(ctx context.Context, s deps.Spec, in deps.Install
 	out, err := p.pm.Start(ctx, spec)
 	if err != nil {
 		if ctx.Err() != nil {
+			// The podman client was killed; the container is not: remove it.
+			p.pm.Remove(context.WithoutCancel(ctx), name, 0)
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("the dependency install did not finish within %v", depsTimeout)
+			}
 			return ctx.Err()
 		}
 		// Podman's own failures (its storage, a pull, a name clash) are the platform's, retried;

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -250,4 +251,46 @@ func mustRepo(t *testing.T, s string) name.Repository {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// A dependency install runs the tenant's code (here an npm install script): it runs as the
+// function's non-root user with no capabilities, no privilege escalation, a read-only root and
+// bounded processes, and what it leaves in the layer says so.
+func TestDependencyInstallIsConfined(t *testing.T) {
+	probe := "id -u > uid.txt; grep -E '^(CapBnd|NoNewPrivs):' /proc/self/status > status.txt; " +
+		"(touch /probe 2>/dev/null && echo rw || echo ro) > root.txt; awk '$2 == \"/\" {print $4}' /proc/self/mounts > mounts.txt"
+	reg, err := testenv.StartNPMRegistry("127.0.0.1", testenv.NPMPackage{Name: "probe", Version: "1.0.0", Files: map[string]string{
+		"package.json": `{"name":"probe","version":"1.0.0","main":"index.js","scripts":{"install":"sh probe.sh"}}`,
+		"probe.sh":     probe,
+		"index.js": "const fs = require('fs'); const r = (f) => fs.readFileSync(__dirname + '/' + f, 'utf8').trim();\n" +
+			"module.exports = () => ({ uid: r('uid.txt'), status: r('status.txt'), root: r('root.txt'), mounts: r('mounts.txt') });\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	pj, lock := reg.Manifests("fn", "probe")
+	// Without integrity the install may run scripts (it is the tenant's own, not shared); npm ci
+	// runs a package's scripts when its lockfile entry says it has some.
+	var lf map[string]any
+	json.Unmarshal([]byte(lock), &lf)
+	entry := lf["packages"].(map[string]any)["node_modules/probe"].(map[string]any)
+	delete(entry, "integrity")
+	entry["hasInstallScript"] = true
+	b, _ := json.Marshal(lf)
+	lock = string(b)
+	u := startUpWith(t, "--npm-registry", reg.URL)
+	f := u.deploy(t, "confined", "nodejs20", map[string]string{"package.json": pj, "package-lock.json": lock,
+		"handler.js": "exports.handle = async () => require('probe')();\n"})
+	if f.Status.Phase != apiv1.PhaseReady {
+		t.Fatalf("status %+v", f.Status)
+	}
+	code, body := u.get("/fn/" + u.c.Namespace() + "/confined")
+	var got map[string]string
+	if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil {
+		t.Fatalf("%d %s", code, body)
+	}
+	if got["uid"] != "65532" || !strings.Contains(got["status"], "CapBnd:\t0000000000000000") || !strings.Contains(got["status"], "NoNewPrivs:\t1") ||
+		got["root"] != "ro" || !strings.HasPrefix(got["mounts"], "ro") {
+		t.Errorf("the install script ran as %v", got)
+	}
 }
