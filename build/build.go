@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/sless-dev/sless/codestore"
@@ -58,6 +59,9 @@ type Pipeline struct {
 	builder *oci.Builder
 	o       options
 	slots   chan struct{}
+
+	mu      sync.Mutex
+	tenants map[string]int // builds running per namespace
 }
 
 // New makes a Pipeline that reads archives from code and builds with builder.
@@ -69,7 +73,7 @@ func New(code codestore.Store, builder *oci.Builder, opts ...Option) (*Pipeline,
 	if code == nil || builder == nil {
 		return nil, errors.New("build: a code store and an oci.Builder are required")
 	}
-	return &Pipeline{code: code, builder: builder, o: o, slots: make(chan struct{}, o.concurrency)}, nil
+	return &Pipeline{code: code, builder: builder, o: o, slots: make(chan struct{}, o.concurrency), tenants: map[string]int{}}, nil
 }
 
 // RuntimeImage is the image by digest that functions of runtime rt are built on.
@@ -92,16 +96,16 @@ func Key(req Request, runtimeImage string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// Build fetches the code, obtains the dependency layer, builds and pushes the image. It waits for a
-// free build slot first (WithConcurrency). A failure that is the function's own satisfies
-// IsUserError; a *PendingError means the dependency layer is not there yet.
+// Build fetches the code, obtains the dependency layer, builds and pushes the image. A failure
+// that is the function's own satisfies IsUserError. A *PendingError means it cannot run now: its
+// dependency layer is being made elsewhere, or every build slot (WithConcurrency) or its tenant's
+// (WithTenantConcurrency) is taken. It never waits for a slot, so a tenant whose builds hang holds
+// its own slots only, and the caller's workers stay free for other tenants.
 func (p *Pipeline) Build(ctx context.Context, req Request) (res *Result, err error) {
-	select {
-	case p.slots <- struct{}{}:
-		defer func() { <-p.slots }()
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if !p.acquire(req.Namespace) {
+		return nil, &PendingError{Reason: "waiting for a build slot", RetryAfter: slotRetry}
 	}
+	defer p.release(req.Namespace)
 	ctx, cancel := context.WithTimeout(ctx, p.o.timeout)
 	defer cancel()
 	start := time.Now()
@@ -161,6 +165,34 @@ func (p *Pipeline) Build(ctx context.Context, req Request) (res *Result, err err
 	}
 	res.Image, res.Duration = ref.String(), time.Since(start)
 	return res, nil
+}
+
+// slotRetry is how soon a build that found no free slot is worth trying again.
+const slotRetry = time.Second
+
+// acquire takes a build slot and one of ns's, or neither.
+func (p *Pipeline) acquire(ns string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.o.tenantConcurrency > 0 && p.tenants[ns] >= p.o.tenantConcurrency {
+		return false
+	}
+	select {
+	case p.slots <- struct{}{}:
+	default:
+		return false
+	}
+	p.tenants[ns]++
+	return true
+}
+
+func (p *Pipeline) release(ns string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	<-p.slots
+	if p.tenants[ns]--; p.tenants[ns] <= 0 {
+		delete(p.tenants, ns)
+	}
 }
 
 // fetch copies the archive into a temporary file (the builder and the manifest reader need

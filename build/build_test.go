@@ -149,6 +149,24 @@ func (f *fixture) upload(t *testing.T, files map[string]string) build.Request {
 	return req
 }
 
+// copyTo stores req's archive for namespace ns too and returns the request there.
+func (f *fixture) copyTo(t *testing.T, req build.Request, ns string) build.Request {
+	t.Helper()
+	ctx := context.Background()
+	rc, err := f.code.Get(ctx, codestore.Key(req.Namespace, req.Function, req.CodeSHA256))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var buf bytes.Buffer
+	buf.ReadFrom(rc)
+	if err := f.code.Put(ctx, codestore.Key(ns, req.Function, req.CodeSHA256), &buf, int64(buf.Len())); err != nil {
+		t.Fatal(err)
+	}
+	req.Namespace = ns
+	return req
+}
+
 func (f *fixture) results() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -305,24 +323,42 @@ func TestBuildRefusesTamperedCode(t *testing.T) {
 	}
 }
 
-// Builds beyond WithConcurrency wait for a slot; a cancelled wait returns at once.
-func TestBuildConcurrency(t *testing.T) {
-	blocked := make(chan struct{})
+// A build that finds no free slot is pending at once (it never waits): beyond WithConcurrency,
+// and beyond WithTenantConcurrency for one namespace, while other tenants still build.
+func TestBuildSlots(t *testing.T) {
+	blocked := make(chan struct{}, 2)
 	release := make(chan struct{})
-	f := newFixture(t, build.WithConcurrency(1))
+	f := newFixture(t, build.WithConcurrency(2), build.WithTenantConcurrency(1))
+	hang := depsFunc(func() error { blocked <- struct{}{}; <-release; return &build.PendingError{Reason: "done"} })
 	req := f.upload(t, map[string]string{"handler.py": "x", "requirements.txt": "six\n"})
-	req.Deps = depsFunc(func() error { close(blocked); <-release; return &build.PendingError{Reason: "wait"} })
-	done := make(chan error)
+	req.Deps = hang
+	done := make(chan error, 2)
 	go func() { _, err := f.pipeline.Build(context.Background(), req); done <- err }()
 	<-blocked
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := f.pipeline.Build(ctx, req); !errors.Is(err, context.Canceled) {
-		t.Errorf("second build with the only slot taken: %v, want context.Canceled", err)
+	// The same tenant again: its one slot is taken.
+	_, err := f.pipeline.Build(context.Background(), req)
+	if pe, ok := errors.AsType[*build.PendingError](err); !ok || pe.Dependencies || pe.RetryAfter <= 0 {
+		t.Errorf("a second build of the tenant: %v, want pending on a slot", err)
+	}
+	// Another tenant takes the second slot.
+	other := f.copyTo(t, req, "sless-ffffffffffffffff")
+	go func() { _, err := f.pipeline.Build(context.Background(), other); done <- err }()
+	<-blocked
+	// Now every slot is taken, whoever asks.
+	third := f.copyTo(t, req, "sless-eeeeeeeeeeeeeeee")
+	if _, err := f.pipeline.Build(context.Background(), third); !build.IsPending(err) {
+		t.Errorf("a third tenant with both slots taken: %v, want pending", err)
 	}
 	close(release)
-	if err := <-done; !build.IsPending(err) {
-		t.Errorf("first build: %v", err)
+	for range 2 {
+		if err := <-done; !build.IsPending(err) {
+			t.Errorf("a held build: %v", err)
+		}
+	}
+	// The slots are free again.
+	third.Deps = depsFunc(func() error { return &build.PendingError{Reason: "next"} })
+	if _, err := f.pipeline.Build(context.Background(), third); err == nil || err.Error() != "build pending: next" {
+		t.Errorf("after the release: %v", err)
 	}
 }
 

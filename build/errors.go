@@ -19,13 +19,16 @@ var (
 	ErrNoDeps = errors.New("this platform has no dependency installs configured")
 )
 
-// PendingError says a build cannot finish yet because its dependency layer is being made
-// elsewhere (a Kubernetes Job). It is neither a success nor a failure: build again later.
+// PendingError says a build cannot run or finish now: its dependency layer is being made
+// elsewhere (a Kubernetes Job), or no build slot is free. It is neither a success nor a failure:
+// build again later.
 type PendingError struct {
 	// Reason says what is awaited ("installing dependencies: Job app-deps-1a2b…").
 	Reason string
 	// RetryAfter is when to look again; events (the Job finishing) may come sooner.
 	RetryAfter time.Duration
+	// Dependencies is set when the dependency layer is what is awaited.
+	Dependencies bool
 }
 
 func (e *PendingError) Error() string { return "build pending: " + e.Reason }

@@ -9,18 +9,19 @@ import (
 type Option func(*options) error
 
 type options struct {
-	registry    string
-	runtimes    map[string]string
-	deps        Deps
-	indexes     map[string]string
-	observe     func(result string, d time.Duration)
-	timeout     time.Duration
-	concurrency int
-	tempDir     string
+	registry          string
+	runtimes          map[string]string
+	deps              Deps
+	indexes           map[string]string
+	observe           func(result string, d time.Duration)
+	timeout           time.Duration
+	concurrency       int
+	tenantConcurrency int
+	tempDir           string
 }
 
 func makeOptions(opts ...Option) (options, error) {
-	o := options{runtimes: map[string]string{}, indexes: map[string]string{}, timeout: 10 * time.Minute, concurrency: 2}
+	o := options{runtimes: map[string]string{}, indexes: map[string]string{}, timeout: 10 * time.Minute, concurrency: 2, tenantConcurrency: 1}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return o, err
@@ -78,8 +79,16 @@ func WithObserver(f func(result string, d time.Duration)) Option {
 // minutes.
 func WithTimeout(d time.Duration) Option { return func(o *options) error { o.timeout = d; return nil } }
 
-// WithConcurrency bounds the builds running at once; more wait for a slot. The default is 2.
+// WithConcurrency bounds the builds running at once; a build that finds every slot taken is
+// pending (it does not wait). The default is 2.
 func WithConcurrency(n int) Option { return func(o *options) error { o.concurrency = n; return nil } }
+
+// WithTenantConcurrency bounds the builds of one namespace running at once (0: no bound beyond
+// WithConcurrency), so that one tenant's slow or hanging builds cannot take every slot. The
+// default is 1.
+func WithTenantConcurrency(n int) Option {
+	return func(o *options) error { o.tenantConcurrency = n; return nil }
+}
 
 // WithTempDir is where fetched archives are spooled. The default is os.TempDir().
 func WithTempDir(dir string) Option { return func(o *options) error { o.tempDir = dir; return nil } }

@@ -33,8 +33,14 @@ type controller struct {
 	runs sync.WaitGroup
 }
 
-// workers reconcile at once; builds are bounded by the pipeline.
-const workers = 2
+// workers reconcile at once; builds are bounded by the pipeline, which never makes a worker wait
+// for a build slot.
+const workers = 4
+
+// requeueAfter is a reconcile that is not done and not failed: look again after this long.
+type requeueAfter time.Duration
+
+func (d requeueAfter) Error() string { return "requeue after " + time.Duration(d).String() }
 
 // resyncEvery reconciles everything again, so a container that died is noticed and replaced.
 const resyncEvery = 30 * time.Second
@@ -154,7 +160,11 @@ func (c *controller) work(ctx context.Context) {
 		case state.KindJob:
 			err = c.reconcileJob(ctx, k.ns, k.name)
 		}
+		var again requeueAfter
 		switch {
+		case errors.As(err, &again):
+			c.queue.Forget(k)
+			c.queue.AddAfter(k, time.Duration(again))
 		case err == nil || errors.Is(err, api.ErrNotFound):
 			c.queue.Forget(k)
 		case ctx.Err() == nil:

@@ -17,11 +17,14 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/internal/testenv"
 )
@@ -292,5 +295,64 @@ func TestDependencyInstallIsConfined(t *testing.T) {
 	if got["uid"] != "65532" || !strings.Contains(got["status"], "CapBnd:\t0000000000000000") || !strings.Contains(got["status"], "NoNewPrivs:\t1") ||
 		got["root"] != "ro" || !strings.HasPrefix(got["mounts"], "ro") {
 		t.Errorf("the install script ran as %v", got)
+	}
+}
+
+// One tenant's builds that hang (here: install scripts that never end) hold that tenant's build
+// slot only: another tenant's function is built and served meanwhile.
+func TestOneTenantsStuckBuildsDoNotBlockAnother(t *testing.T) {
+	reg, err := testenv.StartNPMRegistry("127.0.0.1", testenv.NPMPackage{Name: "hang", Version: "1.0.0", Files: map[string]string{
+		"package.json": `{"name":"hang","version":"1.0.0","main":"index.js","scripts":{"install":"sleep 600"}}`, "index.js": "module.exports = 1;\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	pj, lock := reg.Manifests("fn", "hang")
+	var lf map[string]any
+	json.Unmarshal([]byte(lock), &lf)
+	entry := lf["packages"].(map[string]any)["node_modules/hang"].(map[string]any)
+	delete(entry, "integrity")
+	entry["hasInstallScript"] = true
+	b, _ := json.Marshal(lf)
+	u := startUpWith(t, "--npm-registry", reg.URL)
+	ctx := context.Background()
+	for i := range 3 {
+		name := fmt.Sprintf("stuck-%d", i)
+		if _, err := u.c.CreateFunction(ctx, apiv1.Function{Name: name, Runtime: "nodejs20"}); err != nil {
+			t.Fatal(err)
+		}
+		z := testenv.Zip(map[string]string{"package.json": pj, "package-lock.json": string(b), "handler.js": "exports.handle = async () => 1;\n"})
+		if _, err := u.c.Upload(ctx, name, bytes.NewReader(z), int64(len(z))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 30*time.Second, func() bool {
+		f, _ := u.c.GetFunction(ctx, "stuck-2")
+		return f != nil && f.Status.Phase == apiv1.PhaseBuilding
+	}, "the stuck tenant's builds to start")
+
+	bobToken, _ := auth.IssueHS256(devSecret(t, u), "bob@example.com", time.Hour)
+	bob, err := client.New(u.url, bobToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bob.EnsureNamespace(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.CreateFunction(ctx, apiv1.Function{Name: "free", Runtime: "python3.11"}); err != nil {
+		t.Fatal(err)
+	}
+	z := testenv.Zip(map[string]string{"handler.py": "def handle(e):\n    return 'free'\n"})
+	start := time.Now()
+	if _, err := bob.Upload(ctx, "free", bytes.NewReader(z), int64(len(z))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() bool {
+		f, _ := bob.GetFunction(ctx, "free")
+		return f != nil && f.Status.Phase == apiv1.PhaseReady
+	}, "the other tenant's function to be Ready")
+	t.Logf("the other tenant's function was Ready %v after its upload, with three builds of the first tenant hanging", time.Since(start).Round(time.Millisecond))
+	if f, _ := u.c.GetFunction(ctx, "stuck-1"); f == nil || f.Status.Phase != apiv1.PhaseBuilding {
+		t.Errorf("the stuck tenant's second build: %+v", f)
 	}
 }

@@ -86,6 +86,13 @@ func (c *controller) ensureBuilt(ctx context.Context, ns string, spec api.Functi
 		return "", err
 	}
 	res, err := c.pipeline.Build(ctx, req)
+	if pe, ok := errors.AsType[*build.PendingError](err); ok {
+		// No build slot free (this tenant's, or any): look again soon, without holding a worker.
+		if err := setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseBuilding, pe.Reason }); err != nil {
+			return "", err
+		}
+		return "", requeueAfter(pe.RetryAfter)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err() // stopping: the next start builds again

@@ -167,7 +167,7 @@ func (d *jobDeps) finishedJob(ctx context.Context, job *batchv1.Job, key string)
 }
 
 func depsPending(job string) error {
-	return &build.PendingError{Reason: "installing dependencies: Job " + job, RetryAfter: depsPoll}
+	return &build.PendingError{Reason: "installing dependencies: Job " + job, RetryAfter: depsPoll, Dependencies: true}
 }
 
 // deleteDepsJobs removes the function's deps Jobs other than keep ("" for all).

@@ -202,7 +202,11 @@ func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, be
 	breq.Deps = r.deps(fn, r.Pipeline.Key(breq))
 	res, err := r.Pipeline.Build(ctx, breq)
 	if pe, ok := errors.AsType[*build.PendingError](err); ok {
-		fn.MarkInstallingDependencies(pe.Reason)
+		if pe.Dependencies {
+			fn.MarkInstallingDependencies(pe.Reason)
+		} else {
+			fn.Status.Message = pe.Reason // still Building: no slot free yet
+		}
 		return ctrl.Result{RequeueAfter: pe.RetryAfter}, r.writeStatus(ctx, fn, before)
 	}
 	if err != nil {
