@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -572,5 +575,38 @@ func BenchmarkCodeOnlyPush(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		push(i)
+	}
+}
+
+// WithInsecure allows plain HTTP, nothing more: a registry whose TLS certificate does not verify
+// is refused unless WithSkipTLSVerify says otherwise.
+func TestInsecureDoesNotSkipTLSVerification(t *testing.T) {
+	srv := httptest.NewTLSServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "https://")
+	ctx := context.Background()
+	baseRef := mustRef(t, host+"/runtimes/tls:latest")
+	push := func(opts ...oci.Option) error {
+		b, err := oci.NewBuilder(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.Build(ctx, zipSource(baseRef.String(), zipOf(t, map[string]string{"handler.py": "x"})))
+		if err != nil {
+			return err
+		}
+		defer res.Close()
+		_, err = b.Push(ctx, res, host+"/fn/tls:latest")
+		return err
+	}
+	// The base image, written with the server's own client (which trusts its certificate).
+	if err := remote.Write(baseRef, baseImage(t, "amd64"), remote.WithTransport(srv.Client().Transport)); err != nil {
+		t.Fatal(err)
+	}
+	if err := push(oci.WithInsecure(true)); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("WithInsecure against an unverifiable certificate: %v, want a certificate error", err)
+	}
+	if err := push(oci.WithSkipTLSVerify(true)); err != nil {
+		t.Errorf("WithSkipTLSVerify: %v", err)
 	}
 }

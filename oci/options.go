@@ -19,6 +19,7 @@ type options struct {
 	transport http.RoundTripper
 	keychain  authn.Keychain
 	insecure  bool
+	skipTLS   bool
 	modTime   time.Time
 	progress  func(Progress)
 	baseTTL   time.Duration
@@ -39,8 +40,8 @@ func makeOptions(opts ...Option) (*options, error) {
 	}
 	if o.transport == nil {
 		t := remote.DefaultTransport.(*http.Transport).Clone()
-		if o.insecure {
-			t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for with WithInsecure
+		if o.skipTLS {
+			t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for with WithSkipTLSVerify
 		}
 		o.transport = t
 	}
@@ -62,10 +63,17 @@ func WithKeychain(k authn.Keychain) Option {
 	return func(o *options) error { o.keychain = k; return nil }
 }
 
-// WithInsecure allows plain HTTP and unverified TLS to every registry. Registries on localhost and
-// 127.0.0.1 speak HTTP without it. The default is false.
+// WithInsecure allows plain HTTP to every registry (registries on localhost and 127.0.0.1 speak
+// HTTP without it). It does not turn off TLS verification: see WithSkipTLSVerify. The default is
+// false.
 func WithInsecure(insecure bool) Option {
 	return func(o *options) error { o.insecure = insecure; return nil }
+}
+
+// WithSkipTLSVerify accepts any TLS certificate from registries (a test registry with a
+// self-signed one). The default is false: certificates are verified.
+func WithSkipTLSVerify(skip bool) Option {
+	return func(o *options) error { o.skipTLS = skip; return nil }
 }
 
 // WithModTime sets the image's Created time and the code layer's mtimes (SOURCE_DATE_EPOCH).

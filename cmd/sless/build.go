@@ -33,7 +33,7 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&f.function, "function", "", "function name, recorded as the dev.sless.function label")
 	fs.StringVar(&f.namespace, "namespace", "", "namespace, recorded as the dev.sless.namespace label")
 	fs.StringVar(&f.runtime, "runtime", "", "runtime name (python3.11, nodejs20), recorded as the dev.sless.runtime label")
-	fs.BoolVar(&f.insecure, "insecure", false, "allow plain HTTP and unverified TLS registries (localhost needs no flag)")
+	fs.BoolVar(&f.insecure, "insecure", false, "allow plain HTTP registries (localhost needs no flag); TLS certificates are still verified")
 	fs.BoolVar(&f.quiet, "quiet", false, "print only the resulting reference")
 	fs.Int64Var(&f.maxBytes, "max-bytes", layers.DefaultMaxBytes, "limit on the code's uncompressed size in bytes")
 	fs.Usage = func() {

@@ -21,7 +21,7 @@ func runRuntime(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	name := fs.String("runtime", "", "runtime to build: "+strings.Join(runtimes.Names(), ", "))
 	base := fs.String("base", "", "language base image (default: the runtime's production base, e.g. python:3.11-slim)")
 	to := fs.String("to", "", "repository to push to, with an optional :tag")
-	insecure := fs.Bool("insecure", false, "allow plain HTTP and unverified TLS registries (localhost needs no flag)")
+	insecure := fs.Bool("insecure", false, "allow plain HTTP registries (localhost needs no flag); TLS certificates are still verified")
 	quiet := fs.Bool("quiet", false, "print only the resulting reference")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

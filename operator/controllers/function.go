@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -55,8 +57,23 @@ type FunctionReconciler struct {
 
 func (r *FunctionReconciler) event(fn *slessv1.Function, typ, reason, format string, args ...any) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(fn, typ, reason, format, args...)
+		r.Recorder.Event(fn, typ, reason, printable(fmt.Sprintf(format, args...)))
 	}
+}
+
+// printable drops what a terminal would act on from text that may come from tenant code (an
+// installer's output in an Event shown by kubectl): control characters other than newline and
+// tab, and invalid UTF-8.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' {
+			return r
+		}
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return -1
+		}
+		return r
+	}, s)
 }
 
 // +kubebuilder:rbac:groups=sless.dev,resources=functions,verbs=get;list;watch;update;patch

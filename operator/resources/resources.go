@@ -31,10 +31,16 @@ func Labels(fn string, r runspec.Role) map[string]string {
 func selector(fn string, r runspec.Role) map[string]string { return runspec.Labels(fn, r) }
 
 // env converts runspec's variables.
+// env converts runspec's variables. Kubernetes expands $(NAME) in env values; a user's value (and
+// a job's event) must arrive as written, so its "$" is escaped as "$$".
 func env(vars []runspec.EnvVar) []corev1.EnvVar {
 	out := make([]corev1.EnvVar, len(vars))
 	for i, v := range vars {
-		out[i] = corev1.EnvVar{Name: v.Name, Value: v.Value}
+		value := v.Value
+		if runspec.Private(v.Name) {
+			value = strings.ReplaceAll(value, "$", "$$")
+		}
+		out[i] = corev1.EnvVar{Name: v.Name, Value: value}
 	}
 	return out
 }

@@ -54,6 +54,19 @@ func assertRestricted(t *testing.T, pod corev1.PodSpec) {
 	}
 }
 
+// Kubernetes expands $(NAME) in env values: a user's value and a job's event arrive as written.
+func TestEnvValuesAreNotExpanded(t *testing.T) {
+	f := fn()
+	f.Spec.Env = []corev1.EnvVar{{Name: "TEMPLATE", Value: "$(PORT)-$$-$HOME"}}
+	c := resources.MakeDeployment(f, image, 1).Spec.Template.Spec.Containers[0]
+	if got := envOf(c)["TEMPLATE"]; got != "$$(PORT)-$$$$-$$HOME" {
+		t.Errorf("TEMPLATE = %q, want every $ doubled", got)
+	}
+	if got := envOf(c)["PORT"]; got != "8080" {
+		t.Errorf("a platform value changed: PORT = %q", got)
+	}
+}
+
 func TestMakeDeployment(t *testing.T) {
 	d := resources.MakeDeployment(fn(), image, 1)
 	if *d.Spec.Replicas != 1 || d.Name != "hello" || d.Namespace != "sless-0123456789abcdef" {
