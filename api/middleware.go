@@ -115,7 +115,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			}
 		}
 		d := time.Since(start)
-		s.metrics.requests.WithLabelValues(route, r.Method, fmt.Sprint(rec.status)).Inc()
+		s.metrics.requests.WithLabelValues(route, methodLabel(r.Method), fmt.Sprint(rec.status)).Inc()
 		s.metrics.latency.WithLabelValues(route).Observe(d.Seconds())
 		attrs := []slog.Attr{
 			slog.String("method", r.Method), slog.String("route", route), slog.String("path", r.URL.EscapedPath()),
@@ -127,6 +127,18 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		}
 		s.o.logger.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 	})
+}
+
+// knownMethods are the method label's values; every other method is "other". /fn/ is public and a
+// method is any token a client sends: as a label it would grow /metrics without bound.
+var knownMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true, http.MethodConnect: true, http.MethodTrace: true}
+
+func methodLabel(m string) string {
+	if knownMethods[m] {
+		return m
+	}
+	return "other"
 }
 
 // authenticate verifies the bearer token and that {ns} is the caller's own namespace. Another

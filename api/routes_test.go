@@ -3,6 +3,9 @@ package api_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -38,3 +41,45 @@ func TestHealthReadyMetrics(t *testing.T) {
 // The conformance suite on the in-memory unit-test stores; the real backends run it in
 // local/state (bbolt) and operator/kubestore (kube-apiserver).
 func TestConformanceMemstore(t *testing.T) { apitest.Run(t, apitest.Memstore) }
+
+// /fn/ is public: whatever methods and headers anyone sends, /metrics stays bounded and large
+// headers are refused before they cost memory.
+func TestMetricsAndHeadersBounded(t *testing.T) {
+	e := apitest.NewEnv(t, apitest.Memstore)
+	e.Ensure()
+	e.Function("f")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	e.Ready("f", up.URL)
+	for i := range 1000 {
+		req, _ := http.NewRequest(fmt.Sprintf("X%04d", i), e.URL+"/fn/"+e.NS+"/f", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	_, _, body := e.Raw("GET", "/metrics", "", "", nil)
+	methods := map[string]bool{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "sless_http_requests_total{") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `method="`)
+		m, _, _ := strings.Cut(rest, `"`)
+		methods[m] = true
+	}
+	if len(methods) > 10 || !methods["other"] {
+		t.Errorf("%d method label values after 1,000 made-up methods: %v", len(methods), methods)
+	}
+	req, _ := http.NewRequest("GET", e.URL+"/fn/"+e.NS+"/f", nil)
+	req.Header.Set("X-Big", strings.Repeat("a", 100<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("100 KiB of headers: %d, want 431", resp.StatusCode)
+	}
+}

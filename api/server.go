@@ -208,8 +208,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
+// MaxHeaderBytes bounds a request's headers; beyond it the server answers 431.
+const MaxHeaderBytes = 64 << 10
+
 // NewHTTPServer wraps h in an http.Server with the timeouts the API needs: headers within 10 s,
-// at most 1 MiB of them, idle keep-alives closed after 2 minutes. Whole requests are bounded at
+// at most MaxHeaderBytes of them (431 beyond), idle keep-alives closed after 2 minutes. Whole requests are bounded at
 // 15 minutes here; handlers set tighter deadlines per route (uploads, invocations).
 func NewHTTPServer(addr string, h http.Handler, logger *slog.Logger) *http.Server {
 	srv := &http.Server{
@@ -219,7 +222,7 @@ func NewHTTPServer(addr string, h http.Handler, logger *slog.Logger) *http.Serve
 		ReadTimeout:       15 * time.Minute,
 		WriteTimeout:      15 * time.Minute,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    1 << 20,
+		MaxHeaderBytes:    MaxHeaderBytes,
 	}
 	if logger != nil {
 		srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
