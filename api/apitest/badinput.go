@@ -113,12 +113,20 @@ func testTokensRefused(t *testing.T, bk Backend) {
 		{"wrong iss", Sign(t, jwt.SigningMethodRS256, rsaKey, Claims(e.Subject, with(map[string]any{"iss": "https://evil.test"})), "")},
 		{"wrong aud", Sign(t, jwt.SigningMethodRS256, rsaKey, Claims(e.Subject, with(map[string]any{"aud": "other"})), "")},
 		{"no sub", Sign(t, jwt.SigningMethodRS256, rsaKey, Claims("", std), "")},
+		{"60 KB bogus token", strings.Repeat("A", 60_000)},
 		{"1 MB bogus token", strings.Repeat("A", 1_000_000)},
 		{"not a JWT", "hello"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, path := range []string{"/v1/namespaces/" + e.NS + "/ensure", "/v1/namespaces/" + e.NS + "/functions"} {
 				code, ecode, b := e.Raw("POST", path, tc.token, "application/json", body)
+				if len(tc.token) > api.MaxHeaderBytes {
+					// Refused by the server before any handler reads it.
+					if code != http.StatusRequestHeaderFieldsTooLarge {
+						t.Errorf("POST %s: %d %s, want 431", path, code, b)
+					}
+					continue
+				}
 				if code != 401 || ecode != apiv1.CodeUnauthenticated {
 					t.Errorf("POST %s: %d %s %s", path, code, ecode, b)
 				}
