@@ -91,6 +91,9 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	}()
 	prefix := "/fn/" + mustEscape(ns) + "/" + mustEscape(name)
 	fn, err := s.view.Functions.Get(r.Context(), ns, name)
+	if err == nil && fn.Deleting {
+		err = ErrNotFound // deleted: its last instances may still run while the backend cleans up
+	}
 	if err != nil {
 		writeError(w, r, notFound("function", name, err))
 		return

@@ -30,6 +30,9 @@ type Object[S, St any] struct {
 	Status             St
 	Generation         int64
 	ObservedGeneration int64
+	// Deleting is set once a deletion has started that the backend still finishes (Kubernetes'
+	// finalizers): the object is gone for its users.
+	Deleting bool
 }
 
 // Store keeps one kind of object per namespace. The API writes only specs through it.

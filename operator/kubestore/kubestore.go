@@ -168,7 +168,8 @@ func toFunction(f *slessv1.Function) api.Function {
 	if s.Build != nil {
 		st.Build = &apiv1.BuildInfo{DurationMS: s.Build.DurationMS, DepsKey: s.Build.DepsKey, DepsCached: s.Build.DepsCached}
 	}
-	return api.Function{Spec: FunctionSpec(f), Status: st, Generation: f.Generation, ObservedGeneration: s.ObservedGeneration}
+	return api.Function{Spec: FunctionSpec(f), Status: st, Generation: f.Generation, ObservedGeneration: s.ObservedGeneration,
+		Deleting: !f.DeletionTimestamp.IsZero()}
 }
 
 // setSpec writes the API's spec into the object's spec (env vars sorted by name).

@@ -110,6 +110,39 @@ func TestKubernetesObjects(t *testing.T) {
 	}
 }
 
+// A Function whose deletion has started (its finalizer still cleans up) is gone for /fn/ at once,
+// though its pods may still run.
+func TestDeletedFunctionIsGoneForFn(t *testing.T) {
+	e := apitest.NewEnv(t, kubeBackend)
+	ctx := context.Background()
+	c := shared.Get(t).Client
+	e.Ensure()
+	e.Function("going")
+	up, _ := apitest.EchoUpstream(t)
+	e.Ready("going", up.URL)
+	if code, _, b := e.Raw("GET", "/fn/"+e.NS+"/going", "", "", nil); code != 200 {
+		t.Fatalf("before: %d %s", code, b)
+	}
+	var f slessv1.Function
+	c.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: "going"}, &f)
+	f.Finalizers = []string{"sless.dev/cleanup"}
+	if err := c.Update(ctx, &f); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.C.DeleteFunction(ctx, "going"); err != nil {
+		t.Fatal(err)
+	}
+	if code, ecode, b := e.Raw("GET", "/fn/"+e.NS+"/going", "", "", nil); code != 404 || ecode != apiv1.CodeNotFound {
+		t.Errorf("after DELETE, with the finalizer still there: %d %s %s", code, ecode, b)
+	}
+	c.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: "going"}, &f)
+	if f.DeletionTimestamp.IsZero() {
+		t.Fatal("the Function is already gone: the test did not hold it")
+	}
+	f.Finalizers = nil
+	c.Update(ctx, &f)
+}
+
 // /fn/ goes to a ready pod of the function's Service: read from its EndpointSlices (created here:
 // envtest runs no EndpointSlice controller), skipping endpoints that are not ready or terminating,
 // round-robin over the rest.
