@@ -104,7 +104,7 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if off, names := runspec.DisabledBy(triggersOf(triggers), name); off {
+	if off, names := runspec.DisabledBy(WireTriggers(triggers), name); off {
 		writeError(w, r, apiv1.Errorf(apiv1.CodeNotReady, "function %q is disabled by trigger %s; enable one to serve requests",
 			name, strings.Join(names, ", ")))
 		return

@@ -61,8 +61,9 @@ func jobView(o Job) apiv1.Job {
 	return j
 }
 
-// triggersOf is the wire form of triggers, for rules that take it (runspec.DisabledBy).
-func triggersOf(ts []Trigger) []apiv1.Trigger {
+// WireTriggers is the wire form of stored triggers' specs, for rules that take it
+// (runspec.DisabledBy).
+func WireTriggers(ts []Trigger) []apiv1.Trigger {
 	out := make([]apiv1.Trigger, len(ts))
 	for i, t := range ts {
 		sp := t.Spec

@@ -138,7 +138,7 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 		return err
 	}
 	grace := runspec.GraceSec(spec.TimeoutSec) + 3
-	if off, names := runspec.DisabledBy(wireTriggers(triggers), spec.Name); off {
+	if off, names := runspec.DisabledBy(api.WireTriggers(triggers), spec.Name); off {
 		p.run.Stop(ctx, ns, spec.Name, "", grace)
 		return setStatus(func(s *apiv1.FunctionStatus) {
 			s.Phase, s.Message = apiv1.PhaseReady, "stopped: disabled by trigger "+strings.Join(names, ", ")
@@ -184,16 +184,6 @@ func (c *controller) cleanupFunction(ctx context.Context, ns, name string) error
 	// Stored code and invocation records are removed by the API when the function is deleted;
 	// removing the code here could take the upload of a function re-created under the same name.
 	return p.db.DeleteBuild(ns, name)
-}
-
-// wireTriggers is the wire form of stored triggers, for runspec's rules.
-func wireTriggers(ts []api.Trigger) []apiv1.Trigger {
-	out := make([]apiv1.Trigger, len(ts))
-	for i, t := range ts {
-		s := t.Spec
-		out[i] = apiv1.Trigger{Name: s.Name, Type: s.Type, FunctionRef: s.FunctionRef, Schedule: s.Schedule, Enabled: s.Enabled}
-	}
-	return out
 }
 
 func ignoreNotFound(err error) error {

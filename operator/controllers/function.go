@@ -56,8 +56,14 @@ type FunctionReconciler struct {
 }
 
 func (r *FunctionReconciler) event(fn *slessv1.Function, typ, reason, format string, args ...any) {
-	if r.Recorder != nil {
-		r.Recorder.Event(fn, typ, reason, printable(fmt.Sprintf(format, args...)))
+	emit(r.Recorder, fn, typ, reason, format, args...)
+}
+
+// emit records an Event when there is a recorder. Every reconciler's Events go through it: their
+// messages carry what tenant code printed (an installer's output, a job's result).
+func emit(rec record.EventRecorder, obj runtime.Object, typ, reason, format string, args ...any) {
+	if rec != nil {
+		rec.Event(obj, typ, reason, printable(fmt.Sprintf(format, args...)))
 	}
 }
 
@@ -117,7 +123,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		if fn.Status.FailedBuildKey == key {
 			return ctrl.Result{}, r.writeStatus(ctx, &fn, before) // this build failed already; a new upload or spec retries
 		}
-		res, err := r.build(ctx, &fn, before, breq)
+		res, err := r.build(ctx, &fn, before, breq, key)
 		if err != nil || res.RequeueAfter > 0 {
 			return res, err
 		}
@@ -209,14 +215,14 @@ const depsPoll = 10 * time.Second
 // build runs the pipeline for the Function's current code. A user error becomes Failed with the
 // build's key latched and a terminal error (no hot loop); the platform's errors are retried with
 // backoff; a pending dependency layer requeues.
-func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, before *slessv1.FunctionStatus, breq build.Request) (ctrl.Result, error) {
+func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, before *slessv1.FunctionStatus, breq build.Request, key string) (ctrl.Result, error) {
 	if fn.Status.Phase != apiv1.PhaseBuilding {
 		fn.MarkBuilding()
 		if err := r.writeStatus(ctx, fn, before); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	breq.Deps = r.deps(fn, r.Pipeline.Key(breq))
+	breq.Deps = r.deps(fn, key)
 	res, err := r.Pipeline.Build(ctx, breq)
 	if pe, ok := errors.AsType[*build.PendingError](err); ok {
 		if pe.Dependencies {
@@ -233,7 +239,7 @@ func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, be
 		reason, msg := build.Reason(err), build.Message(err)
 		fn.MarkFailed(reason, msg)
 		if build.IsUserError(err) {
-			fn.Status.FailedBuildKey = r.Pipeline.Key(breq)
+			fn.Status.FailedBuildKey = key
 		}
 		if before.Phase != apiv1.PhaseFailed || before.Message != msg {
 			r.event(fn, corev1.EventTypeWarning, reason, "%s", msg)

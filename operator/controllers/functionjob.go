@@ -35,9 +35,7 @@ type FunctionJobReconciler struct {
 }
 
 func (r *FunctionJobReconciler) event(fj *slessv1.FunctionJob, typ, reason, format string, args ...any) {
-	if r.Recorder != nil {
-		r.Recorder.Eventf(fj, typ, reason, format, args...)
-	}
+	emit(r.Recorder, fj, typ, reason, format, args...)
 }
 
 // +kubebuilder:rbac:groups=sless.dev,resources=functionjobs,verbs=get;list;watch;update;patch

@@ -75,8 +75,8 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			if err != nil {
 				return ctrl.Result{}, err
 			}
-			if op != controllerutil.OperationResultNone && r.Recorder != nil {
-				r.Recorder.Eventf(&tr, corev1.EventTypeNormal, "CronJob"+strings.ToUpper(string(op[:1]))+string(op[1:]),
+			if op != controllerutil.OperationResultNone {
+				emit(r.Recorder, &tr, corev1.EventTypeNormal, "CronJob"+strings.ToUpper(string(op[:1]))+string(op[1:]),
 					"CronJob %s (%s) runs %s", live.Name, tr.Spec.Schedule, fn.Status.Image)
 			}
 			tr.Status.LastScheduleTime = live.Status.LastScheduleTime

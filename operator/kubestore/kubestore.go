@@ -145,8 +145,8 @@ func (n *namespaces) Delete(ctx context.Context, ns string) error {
 
 type functions struct{ c client.Client }
 
-// FunctionSpec is the API's spec of a Function object.
-func FunctionSpec(f *slessv1.Function) api.FunctionSpec {
+// functionSpec is the API's spec of a Function object.
+func functionSpec(f *slessv1.Function) api.FunctionSpec {
 	out := api.FunctionSpec{Name: f.Name, Runtime: f.Spec.Runtime, Entrypoint: f.Spec.Entrypoint, MemoryMB: int(f.Spec.MemoryMB),
 		TimeoutSec: int(f.Spec.TimeoutSec), CodeSHA256: f.Spec.CodeSHA256}
 	if len(f.Spec.Env) > 0 {
@@ -168,7 +168,7 @@ func toFunction(f *slessv1.Function) api.Function {
 	if s.Build != nil {
 		st.Build = &apiv1.BuildInfo{DurationMS: s.Build.DurationMS, DepsKey: s.Build.DepsKey, DepsCached: s.Build.DepsCached}
 	}
-	return api.Function{Spec: FunctionSpec(f), Status: st, Generation: f.Generation, ObservedGeneration: s.ObservedGeneration,
+	return api.Function{Spec: functionSpec(f), Status: st, Generation: f.Generation, ObservedGeneration: s.ObservedGeneration,
 		Deleting: !f.DeletionTimestamp.IsZero()}
 }
 
@@ -225,7 +225,7 @@ func (s *functions) Update(ctx context.Context, ns, name string, fn func(*api.Fu
 		if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &f); err != nil {
 			return notFound(err, ns, name)
 		}
-		spec := FunctionSpec(&f)
+		spec := functionSpec(&f)
 		if err := fn(&spec); err != nil {
 			return err
 		}
