@@ -9,12 +9,17 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/distribution/distribution/v3/configuration"
+	_ "github.com/distribution/distribution/v3/registry/auth/token" // Distribution's token auth, sless the issuer
 	"github.com/distribution/distribution/v3/registry/handlers"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem" // the only driver we use
 	"github.com/sirupsen/logrus"
+
+	"github.com/sless-dev/sless/internal/regauth"
 )
 
 // Config says where the registry keeps its data and where it listens.
@@ -25,14 +30,25 @@ type Config struct {
 	Addr string
 	// Log receives the registry's own log lines (warnings and errors). The default discards them.
 	Log io.Writer
+	// Auth, when set, turns on Distribution's token authentication with these keys: every request
+	// needs a token, which the registry's own TokenPath issues for valid credentials (see regauth).
+	// Nil serves anonymously — only for tests of code that pushes, never for what sless runs.
+	Auth *regauth.Keys
+	// Realm is the token endpoint's URL as clients reach it. The default is
+	// http://<listen address>/token, right when the registry listens on a specific address.
+	Realm string
 }
+
+// TokenPath is where the registry serves its token endpoint.
+const TokenPath = "/token"
 
 // Server is a running registry.
 type Server struct {
-	app *handlers.App
-	srv *http.Server
-	ln  net.Listener
-	err chan error
+	app  *handlers.App
+	jwks string // temp dir with the JWKS the access controller reads
+	srv  *http.Server
+	ln   net.Listener
+	err  chan error
 }
 
 // Start serves a registry until Close. ctx bounds only the start-up.
@@ -60,6 +76,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 			"delete":     configuration.Parameters{"enabled": true},
 		},
 	}
+	cfg.Catalog.MaxEntries = 1000 // the parser's default; a Configuration built in code has 0
 	cfg.Log.Level = "warn"
 	cfg.Log.AccessLog.Disabled = true
 	cfg.HTTP.Secret = hex.EncodeToString(secret)
@@ -70,13 +87,37 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry: listening on %s: %w", c.Addr, err)
 	}
-	app := handlers.NewApp(context.Background(), cfg)
-	s := &Server{
-		app: app,
-		ln:  ln,
-		err: make(chan error, 1),
-		srv: &http.Server{Handler: app, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute},
+	var handler http.Handler
+	s := &Server{ln: ln, err: make(chan error, 1)}
+	if c.Auth != nil {
+		if c.Realm == "" {
+			c.Realm = "http://" + ln.Addr().String() + TokenPath
+		}
+		if s.jwks, err = os.MkdirTemp("", "sless-registry-jwks-"); err != nil {
+			ln.Close()
+			return nil, err
+		}
+		jwksFile := filepath.Join(s.jwks, "jwks.json")
+		if err := os.WriteFile(jwksFile, c.Auth.JWKS(), 0o600); err != nil {
+			s.cleanup()
+			return nil, err
+		}
+		cfg.Auth = configuration.Auth{"token": configuration.Parameters{
+			"realm": c.Realm, "service": regauth.Service, "issuer": regauth.Issuer, "jwks": jwksFile,
+			// Only what the issuer signs with: no algorithm confusion (HS256 with the public key).
+			"signingalgorithms": []any{"ES256"},
+		}}
 	}
+	// NewApp panics on a bad configuration; ours is built here, so that is a bug, not input.
+	s.app = handlers.NewApp(context.Background(), cfg)
+	handler = s.app
+	if c.Auth != nil {
+		mux := http.NewServeMux()
+		mux.Handle(TokenPath, c.Auth.TokenHandler())
+		mux.Handle("/", s.app)
+		handler = mux
+	}
+	s.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute}
 	go func() { s.err <- s.srv.Serve(ln) }()
 	return s, nil
 }
@@ -90,8 +131,15 @@ func (s *Server) Close() error {
 	defer cancel()
 	err := s.srv.Shutdown(ctx)
 	s.app.Shutdown()
+	s.cleanup()
 	if serr := <-s.err; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr
 	}
 	return err
+}
+
+func (s *Server) cleanup() {
+	if s.jwks != "" {
+		os.RemoveAll(s.jwks)
+	}
 }
