@@ -35,26 +35,37 @@ type Resolver interface {
 	Resolve(ctx context.Context, s Spec, in Installer, inDir, outDir string) error
 }
 
-// RegistryStore keeps each layer as a one-layer image <repo>:<key>.
+// RegistryStore keeps each layer as a one-layer image LayerRef(prefix, key): one repository per
+// key, so a push credential can be scoped to a single key (regauth.DepsPush).
 type RegistryStore struct {
-	repo name.Repository
-	opts []remote.Option
+	prefix string
+	opts   []remote.Option
 }
 
 var _ Store = (*RegistryStore)(nil)
 
-// NewRegistryStore stores under repo (e.g. "127.0.0.1:5000/sless/deps").
-func NewRegistryStore(repo string, opts ...remote.Option) (*RegistryStore, error) {
-	r, err := name.NewRepository(repo)
-	if err != nil {
-		return nil, fmt.Errorf("deps store repository %q: %w", repo, err)
+// LayerRef is where key's layer is stored below prefix ("<registry>/sless/deps").
+func LayerRef(prefix, key string) string { return prefix + "/" + key + ":latest" }
+
+// NewRegistryStore stores below prefix (e.g. "127.0.0.1:5000/sless/deps").
+func NewRegistryStore(prefix string, opts ...remote.Option) (*RegistryStore, error) {
+	if _, err := name.NewRepository(prefix); err != nil {
+		return nil, fmt.Errorf("deps store repository %q: %w", prefix, err)
 	}
-	return &RegistryStore{repo: r, opts: opts}, nil
+	return &RegistryStore{prefix: prefix, opts: opts}, nil
+}
+
+func (s *RegistryStore) ref(key string) (name.Reference, error) {
+	return name.ParseReference(LayerRef(s.prefix, key))
 }
 
 // Get returns the stored layer (a remote layer: pushing an image that holds it mounts it).
 func (s *RegistryStore) Get(ctx context.Context, key string) (v1.Layer, error) {
-	img, err := remote.Image(s.repo.Tag(key), append(s.opts, remote.WithContext(ctx))...)
+	ref, err := s.ref(key)
+	if err != nil {
+		return nil, err
+	}
+	img, err := remote.Image(ref, append(s.opts, remote.WithContext(ctx))...)
 	if err != nil {
 		if isNotFound(err) {
 			return nil, ErrNotFound
@@ -66,18 +77,22 @@ func (s *RegistryStore) Get(ctx context.Context, key string) (v1.Layer, error) {
 		return nil, err
 	}
 	if len(ls) != 1 {
-		return nil, fmt.Errorf("deps image %s:%s has %d layers, want 1", s.repo, key, len(ls))
+		return nil, fmt.Errorf("deps image %s has %d layers, want 1", ref, len(ls))
 	}
 	return ls[0], nil
 }
 
-// Put pushes l as <repo>:<key> and returns the stored copy.
+// Put pushes l as LayerRef(prefix, key) and returns the stored copy.
 func (s *RegistryStore) Put(ctx context.Context, key string, l v1.Layer) (v1.Layer, error) {
+	ref, err := s.ref(key)
+	if err != nil {
+		return nil, err
+	}
 	img, err := mutate.AppendLayers(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON), l)
 	if err != nil {
 		return nil, err
 	}
-	if err := remote.Write(s.repo.Tag(key), img, append(s.opts, remote.WithContext(ctx))...); err != nil {
+	if err := remote.Write(ref, img, append(s.opts, remote.WithContext(ctx))...); err != nil {
 		return nil, fmt.Errorf("pushing deps layer %s: %w", key, err)
 	}
 	return s.Get(ctx, key)

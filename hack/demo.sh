@@ -74,7 +74,9 @@ URL=$(tf hello-python output -raw url); NODE_URL=$(tf hello-node output -raw tri
 echo "\$ curl '$URL?name=demo'"; curl -s "$URL?name=demo"; echo
 echo "\$ curl $NODE_URL/some/path"; curl -s "$NODE_URL/some/path"; echo
 IMAGE=$(tf hello-python output -raw image)
-echo; echo "\$ crane manifest $IMAGE"; "$CRANE" manifest "$IMAGE" | python3 -m json.tool
+# The registry serves nothing anonymously: crane uses the platform's credential sless up wrote.
+echo; echo "\$ DOCKER_CONFIG=$DATA/registry-auth crane manifest $IMAGE"
+DOCKER_CONFIG="$DATA/registry-auth" "$CRANE" manifest "$IMAGE" | python3 -m json.tool
 
 echo; log "changing one line of hello-python and applying again"
 sed -i 's/hello, /hi again, /' "$DEMO/hello-python/code/handler.py"

@@ -111,7 +111,7 @@ func TestDependencies(t *testing.T) {
 			t.Fatalf("the handler cannot use its dependency: %d %s", code, body)
 		}
 		firstKey = f.Status.Build.DepsKey
-		firstLayer = depsLayerDigest(t, f.Status.Image)
+		firstLayer = depsLayerDigest(t, u, f.Status.Image)
 	})
 	lookups := ix.lookups.Load()
 	if lookups == 0 {
@@ -128,8 +128,8 @@ func TestDependencies(t *testing.T) {
 	})
 	t.Run("another function with the same manifest shares the layer", func(t *testing.T) {
 		f := u.deploy(t, "pyd2", "python3.11", map[string]string{"handler.py": fmt.Sprintf(handler, 3), "requirements.txt": "tinypkg==1.0\n"})
-		if !f.Status.Build.DepsCached || ix.lookups.Load() != lookups || depsLayerDigest(t, f.Status.Image) != firstLayer {
-			t.Errorf("deps_cached=%v lookups %d → %d, layer %s vs %s", f.Status.Build.DepsCached, lookups, ix.lookups.Load(), depsLayerDigest(t, f.Status.Image), firstLayer)
+		if !f.Status.Build.DepsCached || ix.lookups.Load() != lookups || depsLayerDigest(t, u, f.Status.Image) != firstLayer {
+			t.Errorf("deps_cached=%v lookups %d → %d, layer %s vs %s", f.Status.Build.DepsCached, lookups, ix.lookups.Load(), depsLayerDigest(t, u, f.Status.Image), firstLayer)
 		}
 	})
 	t.Run("a changed manifest gets a new key", func(t *testing.T) {
@@ -151,26 +151,31 @@ func TestDependencies(t *testing.T) {
 		if code, body := u.get("/fn/" + ns + "/pyd"); code != 200 || !strings.Contains(body, `"v": 2`) {
 			t.Errorf("the previous version must keep serving: %d %s", code, body)
 		}
-		tags, _ := remote.List(mustRepo(t, u.RegAddr+"/sless/deps"))
-		if len(tags) != 2 { // tinypkg 1.0 and 2.0, nothing for the failed install
-			t.Errorf("deps cache holds %v, want the two successful keys", tags)
+		var keys []string
+		for _, r := range catalog(t, u) {
+			if strings.HasPrefix(r, "sless/deps/") {
+				keys = append(keys, r)
+			}
+		}
+		if len(keys) != 2 { // tinypkg 1.0 and 2.0, nothing for the failed install
+			t.Errorf("deps cache holds %v, want the two successful keys", keys)
 		}
 	})
 	t.Run("a re-install of one key gives the same layer", func(t *testing.T) {
 		ix.wheels["tinypkg"] = [2]any{name1, whl}
-		ref, _ := name.ParseReference(u.RegAddr + "/sless/deps:" + firstKey)
-		desc, err := remote.Head(ref)
+		ref, _ := name.ParseReference(deps.LayerRef(u.RegAddr+"/sless/deps", firstKey))
+		desc, err := remote.Head(ref, u.RegOpts()...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := remote.Delete(ref.Context().Digest(desc.Digest.String())); err != nil {
+		if err := remote.Delete(ref.Context().Digest(desc.Digest.String()), u.RegOpts()...); err != nil {
 			t.Fatal(err)
 		}
 		f := u.deploy(t, "pyd3", "python3.11", map[string]string{"handler.py": fmt.Sprintf(handler, 6), "requirements.txt": "tinypkg==1.0\n"})
 		if f.Status.Build.DepsCached || f.Status.Build.DepsKey != firstKey {
 			t.Fatalf("build %+v: want a fresh install of the first key", f.Status.Build)
 		}
-		if got := depsLayerDigest(t, f.Status.Image); got != firstLayer {
+		if got := depsLayerDigest(t, u, f.Status.Image); got != firstLayer {
 			t.Errorf("pip's second install of the same key gave layer %s, the first %s (not deterministic)", got, firstLayer)
 		}
 	})
@@ -186,7 +191,7 @@ func TestDependencies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		store, _ := deps.NewRegistryStore(u.RegAddr + "/sless/deps")
+		store, _ := deps.NewRegistryStore(u.RegAddr+"/sless/deps", u.RegOpts()...)
 		if _, err := store.Put(context.Background(), firstKey, evil); err != nil {
 			t.Fatal(err)
 		}
@@ -234,13 +239,13 @@ func startUpWith(t *testing.T, extra ...string) *up {
 }
 
 // depsLayerDigest is the layer just below the code layer of an image (its deps layer).
-func depsLayerDigest(t *testing.T, image string) string {
+func depsLayerDigest(t *testing.T, u *up, image string) string {
 	t.Helper()
 	ref, err := name.ParseReference(image)
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := remote.Image(ref)
+	img, err := remote.Image(ref, u.RegOpts()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,12 +253,18 @@ func depsLayerDigest(t *testing.T, image string) string {
 	return m.Layers[len(m.Layers)-2].Digest.String()
 }
 
-func mustRepo(t *testing.T, s string) name.Repository {
-	r, err := name.NewRepository(s)
+// catalog lists the registry's repositories with the platform's credential.
+func catalog(t *testing.T, u *up) []string {
+	t.Helper()
+	reg, err := name.NewRegistry(u.RegAddr, name.Insecure)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r
+	repos, err := remote.CatalogPage(reg, "", 1000, u.RegOpts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repos
 }
 
 // A dependency install runs the tenant's code (here an npm install script): it runs as the

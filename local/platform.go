@@ -14,11 +14,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/deps"
+	"github.com/sless-dev/sless/internal/regauth"
 	"github.com/sless-dev/sless/internal/registry"
 	"github.com/sless-dev/sless/local/podman"
 	"github.com/sless-dev/sless/local/runner"
@@ -61,6 +65,7 @@ type Platform struct {
 	log      *slog.Logger
 	db       *state.DB
 	reg      *registry.Server
+	keys     *regauth.Keys
 	code     *codestore.Dir
 	builder  *oci.Builder
 	pm       *podman.Client
@@ -112,10 +117,21 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	if p.code, err = codestore.NewDir(filepath.Join(cfg.DataDir, "code")); err != nil {
 		return fail(err)
 	}
-	if p.reg, err = registry.Start(ctx, registry.Config{RootDir: filepath.Join(cfg.DataDir, "registry"), Addr: cfg.RegistryListen}); err != nil {
+	// The registry's keys persist with the data: a restart keeps every credential valid.
+	authDir := filepath.Join(cfg.DataDir, "registry-auth")
+	if p.keys, err = regauth.LoadOrCreate(authDir); err != nil {
 		return fail(err)
 	}
-	if p.builder, err = oci.NewBuilder(); err != nil {
+	if p.reg, err = registry.Start(ctx, registry.Config{RootDir: filepath.Join(cfg.DataDir, "registry"), Addr: cfg.RegistryListen, Auth: p.keys}); err != nil {
+		return fail(err)
+	}
+	// podman pulls with the platform's credential, and so can a user's crane (DOCKER_CONFIG).
+	// Rewritten on every start: the registry's port may differ.
+	if err := os.WriteFile(filepath.Join(authDir, "config.json"), p.keys.Platform().DockerConfigJSON(p.reg.Addr()), 0o600); err != nil {
+		return fail(err)
+	}
+	p.pm.UseAuthFile(filepath.Join(authDir, "config.json"))
+	if p.builder, err = oci.NewBuilder(oci.WithKeychain(p.RegistryKeychain())); err != nil {
 		return fail(err)
 	}
 	return p, nil
@@ -129,6 +145,13 @@ func (p *Platform) Backend() api.Backend {
 
 // RegistryAddr is the embedded registry's host:port.
 func (p *Platform) RegistryAddr() string { return p.reg.Addr() }
+
+// RegistryKeychain holds the platform's credential for the embedded registry (which serves
+// nothing anonymously).
+func (p *Platform) RegistryKeychain() authn.Keychain { return p.keys.Platform().Keychain(p.reg.Addr()) }
+
+// RegistryConfigDir is a DOCKER_CONFIG directory with the platform's credential, for crane.
+func (p *Platform) RegistryConfigDir() string { return filepath.Join(p.cfg.DataDir, "registry-auth") }
 
 // Instance is the label value on this platform's containers (a hash of the data dir).
 func (p *Platform) Instance() string { return p.instance }
@@ -147,12 +170,12 @@ func (p *Platform) NotReady(reason string) { p.readyErr.Store(reason) }
 // Run installs the runtime images, restores every function, trigger and job, and runs the
 // controller until ctx ends. Function containers keep running afterwards; the next Run adopts them.
 func (p *Platform) Run(ctx context.Context) error {
-	images, err := runtimeimages.Install(ctx, p.builder, p.reg.Addr(), p.cfg.BasesDir, p.progress)
+	images, err := runtimeimages.Install(ctx, p.builder, p.reg.Addr(), p.cfg.BasesDir, p.progress, remote.WithAuthFromKeychain(p.RegistryKeychain()))
 	if err != nil {
 		p.readyErr.Store(err.Error())
 		return err
 	}
-	store, err := deps.NewRegistryStore(p.reg.Addr() + "/sless/deps")
+	store, err := deps.NewRegistryStore(p.reg.Addr()+"/sless/deps", remote.WithAuthFromKeychain(p.RegistryKeychain()))
 	if err != nil {
 		return err
 	}

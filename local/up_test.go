@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -16,6 +17,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
@@ -400,13 +405,14 @@ func TestSlessUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 20*time.Second, func() bool { return len(containersOf("js")) == 0 }, "the js container to go")
+		ref, err := name.ParseReference(f.Status.Image)
+		if err != nil {
+			t.Fatal(err)
+		}
 		waitFor(t, 10*time.Second, func() bool {
-			resp, err := http.Head("http://" + regAddr + "/v2/" + ns + "/js/manifests/" + f.Status.Image[strings.Index(f.Status.Image, "@")+1:])
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == 404
+			_, err := remote.Head(ref, u.RegOpts()...)
+			var te *transport.Error
+			return errors.As(err, &te) && te.StatusCode == 404
 		}, "the image to be deleted from the registry")
 		if entries, _ := os.ReadDir(filepath.Join(dataDir, "code", "code", ns, "js")); len(entries) != 0 {
 			t.Errorf("stored code left: %v", entries)

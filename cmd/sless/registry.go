@@ -6,17 +6,24 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
+	"github.com/sless-dev/sless/internal/regauth"
 	"github.com/sless-dev/sless/internal/registry"
 )
 
-// runRegistry serves the embedded CNCF Distribution registry until interrupted: the demo's
-// registry, and a quick one for trying `sless build` by hand.
+// runRegistry serves the embedded CNCF Distribution registry until interrupted, with token
+// authentication (sless the issuer, on the same listener): the Kubernetes install's registry,
+// and a quick one for trying `sless build` by hand. Its keys live in --auth-dir (created there
+// with a fresh random key set when empty; on Kubernetes a mounted Secret shared with the operator).
 func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sless registry", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:5000", "address to listen on (port 0 picks a free one)")
 	root := fs.String("root", "", "directory for the registry's storage (required)")
+	authDir := fs.String("auth-dir", "", "directory with the token-signing key and password secret ("+regauth.SigningKeyFile+", "+regauth.SecretFile+"); generated when empty (required)")
+	realm := fs.String("realm", "", "the token endpoint's URL as clients (containerd on a node) reach it (default http://<listen address>/token)")
+	platformConfig := fs.String("write-docker-config", "", "also write a docker config.json with the platform's credential to this file (0600)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -26,9 +33,22 @@ func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *root == "" {
 		return usageError{"--root is required: the directory the registry stores blobs in"}
 	}
-	s, err := registry.Start(ctx, registry.Config{RootDir: *root, Addr: *listen, Log: stderr})
+	if *authDir == "" {
+		return usageError{"--auth-dir is required: the registry serves nothing anonymously"}
+	}
+	keys, err := regauth.LoadOrCreate(*authDir)
 	if err != nil {
 		return err
+	}
+	s, err := registry.Start(ctx, registry.Config{RootDir: *root, Addr: *listen, Log: stderr, Auth: keys, Realm: *realm})
+	if err != nil {
+		return err
+	}
+	if *platformConfig != "" {
+		if err := os.WriteFile(*platformConfig, keys.Platform().DockerConfigJSON(s.Addr()), 0o600); err != nil {
+			s.Close()
+			return err
+		}
 	}
 	fmt.Fprintln(stdout, s.Addr())
 	<-ctx.Done()

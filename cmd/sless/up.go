@@ -141,6 +141,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		handler = clockHandler(manual, p, handler)
 	}
 	fmt.Fprintf(stdout, "sless up: API and /fn/ on %s, registry on %s, data in %s\n", c.publicURL, p.RegistryAddr(), c.dataDir)
+	fmt.Fprintf(stdout, "sless up: the registry needs credentials; for crane: export DOCKER_CONFIG=%s\n", p.RegistryConfigDir())
 	if tokenFile != "" {
 		fmt.Fprintf(stdout, "sless up: dev mode: a token for user \"dev\" is in %s\n", tokenFile)
 		fmt.Fprintf(stdout, "  export SLESS_ENDPOINT=%s SLESS_API_TOKEN=$(cat %s)\n", c.publicURL, tokenFile)

@@ -5,6 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/sless-dev/sless/internal/regauth"
 	"io"
 	"net/http"
 	"os"
@@ -55,6 +58,8 @@ type SlessUp struct {
 	DataDir string
 	Listen  string
 	RegAddr string
+	// RegAuth is the platform's registry credential (the registry serves nothing anonymously).
+	RegAuth authn.Authenticator
 	URL     string
 	Token   string
 	Client  *client.Client
@@ -135,6 +140,11 @@ func startSlessUp(t testing.TB, dataDir, listen, regAddr string, extra []string)
 		t.Fatal(err)
 	}
 	u.Token = strings.TrimSpace(string(tok))
+	keys, err := regauth.Load(filepath.Join(dataDir, "registry-auth"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.RegAuth = keys.Platform().Authenticator()
 	if u.Client, err = client.New(u.URL, u.Token); err != nil {
 		t.Fatal(err)
 	}
@@ -202,3 +212,6 @@ func (u *SlessUp) Get(path string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// RegOpts are remote options with the platform's registry credential.
+func (u *SlessUp) RegOpts() []remote.Option { return []remote.Option{remote.WithAuth(u.RegAuth)} }

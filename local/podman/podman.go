@@ -52,6 +52,12 @@ func New(confDir, storageRoot string) (*Client, error) {
 	return &Client{bin: bin, global: GlobalFlags(storageRoot), env: append(os.Environ(), "CONTAINERS_CONF="+conf)}, nil
 }
 
+// UseAuthFile makes podman read registry credentials from path (a docker config.json) through
+// REGISTRY_AUTH_FILE: in the environment, never on a command line where ps shows it.
+func (c *Client) UseAuthFile(path string) {
+	c.env = append(c.env, "REGISTRY_AUTH_FILE="+path)
+}
+
 // Command is a podman command with the client's global flags and environment.
 func (c *Client) Command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, c.bin, append(append([]string{}, c.global...), args...)...)

@@ -34,8 +34,9 @@ func Missing(basesDir string) []string {
 
 // Install pushes every runtime's base into registry (as sless/base-<runtime>, only when its digest
 // changed) and builds and pushes the runtime image (sless/runtime-<runtime>). It returns each
-// runtime's image by digest. progress, when set, hears what takes time.
-func Install(ctx context.Context, b *oci.Builder, registry, basesDir string, progress func(format string, args ...any)) (map[string]string, error) {
+// runtime's image by digest. progress, when set, hears what takes time; ropts (the registry's
+// credentials) are for pushing the bases.
+func Install(ctx context.Context, b *oci.Builder, registry, basesDir string, progress func(format string, args ...any), ropts ...remote.Option) (map[string]string, error) {
 	if progress == nil {
 		progress = func(string, ...any) {}
 	}
@@ -66,9 +67,9 @@ func Install(ctx context.Context, b *oci.Builder, registry, basesDir string, pro
 		if err != nil {
 			return nil, err
 		}
-		if desc, err := remote.Head(baseRef, remote.WithContext(ctx)); err != nil || desc.Digest != im.Manifests[0].Digest {
+		if desc, err := remote.Head(baseRef, append(ropts, remote.WithContext(ctx))...); err != nil || desc.Digest != im.Manifests[0].Digest {
 			progress("installing the %s base image into the registry", rtName)
-			if err := remote.Write(baseRef, img, remote.WithContext(ctx)); err != nil {
+			if err := remote.Write(baseRef, img, append(ropts, remote.WithContext(ctx))...); err != nil {
 				return nil, fmt.Errorf("pushing the %s base: %w", rtName, err)
 			}
 		}

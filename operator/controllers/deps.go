@@ -115,7 +115,7 @@ func (d *jobDeps) Layer(ctx context.Context, spec deps.Spec, dir string) (deps.R
 	}
 	j, cm := resources.MakeDepsJob(resources.DepsJob{Namespace: fn.Namespace, Name: jobKey.Name, Function: fn.Name,
 		RuntimeImage: spec.RuntimeImage, Argv: in.Argv, Env: in.Env, Manifests: files, OperatorImage: r.Deps.OperatorImage,
-		PushTo: r.Deps.Repo + ":" + key, DepsDir: dir, Insecure: r.Deps.Insecure})
+		PushTo: deps.LayerRef(r.Deps.Repo, key), DepsDir: dir, Insecure: r.Deps.Insecure})
 	j.Annotations = map[string]string{annotationBuildKey: d.build}
 	for _, obj := range []client.Object{cm, j} {
 		if err := controllerutil.SetControllerReference(fn, obj, r.Scheme); err != nil {
@@ -156,7 +156,7 @@ func (d *jobDeps) finishedJob(ctx context.Context, job *batchv1.Job, key string)
 			return deps.Result{}, err
 		}
 		if ok {
-			msg = fmt.Sprintf("completed but %s:%s is not in the registry; %s", r.Deps.Repo, key, msg)
+			msg = fmt.Sprintf("completed but %s is not in the registry; %s", deps.LayerRef(r.Deps.Repo, key), msg)
 		}
 		return deps.Result{}, fmt.Errorf("deps Job %s failed (%s); retrying", job.Name, strings.TrimSpace(msg))
 	}

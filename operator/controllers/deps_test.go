@@ -78,7 +78,7 @@ func TestDependenciesJob(t *testing.T) {
 			!slices.Contains(install.Command, "/in/requirements.txt") || install.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
 			t.Errorf("install container %+v", install)
 		}
-		wantPush := []string{"sless", "deps", "push", "--dir", "/out", "--to", e.reg + "/sless/deps:" + key, "--prefix", "/app/deps", "--insecure"}
+		wantPush := []string{"sless", "deps", "push", "--dir", "/out", "--to", deps.LayerRef(e.reg+"/sless/deps", key), "--prefix", "/app/deps", "--insecure"}
 		if !slices.Equal(push.Command, wantPush) || push.Image != e.runtime {
 			t.Errorf("push container %s %v, want %v", push.Image, push.Command, wantPush)
 		}
