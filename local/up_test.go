@@ -173,6 +173,52 @@ func TestSlessUp(t *testing.T) {
 		}
 	})
 
+	// A handler tries the registry the platform runs, as an attacker would: every request without
+	// a token is refused (or, once the function has its own network, never arrives), the token
+	// endpoint gives nothing without credentials, and the victim keeps its image.
+	t.Run("a function cannot use the registry", func(t *testing.T) {
+		before, err := u.c.GetFunction(ctx, "py")
+		if err != nil {
+			t.Fatal(err)
+		}
+		attack := "import urllib.request, urllib.error\n" +
+			"def try_(method, url):\n" +
+			"    try:\n" +
+			"        return urllib.request.urlopen(urllib.request.Request(url, method=method, data=b'x' if method in ('POST','PUT') else None), timeout=2).status\n" +
+			"    except urllib.error.HTTPError as e:\n" +
+			"        return e.code\n" +
+			"    except Exception as e:\n" +
+			"        return 'unreachable'\n" +
+			"def handle(event):\n" +
+			"    reg, victim = event['query']['reg'][0], event['query']['victim'][0]\n" +
+			"    base = 'http://' + reg\n" +
+			"    return {'catalog': try_('GET', base + '/v2/_catalog'),\n" +
+			"            'tags': try_('GET', base + '/v2/' + victim + '/tags/list'),\n" +
+			"            'upload': try_('POST', base + '/v2/' + victim + '/blobs/uploads/'),\n" +
+			"            'deps_upload': try_('POST', base + '/v2/sless/deps/' + 'a' * 64 + '/blobs/uploads/'),\n" +
+			"            'manifest_put': try_('PUT', base + '/v2/' + victim + '/manifests/latest'),\n" +
+			"            'delete': try_('DELETE', base + '/v2/' + victim + '/manifests/latest'),\n" +
+			"            'token': try_('GET', base + '/token?service=sless-registry&scope=repository:' + victim + ':pull,push')}\n"
+		u.deploy(t, "attacker", "python3.11", map[string]string{"handler.py": attack})
+		code, body := u.get(fnPath("attacker") + "?reg=" + regAddr + "&victim=" + ns + "/py")
+		var got map[string]any
+		if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil || len(got) != 7 {
+			t.Fatalf("%d %s", code, body)
+		}
+		for k, v := range got {
+			if v != float64(401) && v != "unreachable" {
+				t.Errorf("%s from inside a function: %v, want 401 or unreachable", k, v)
+			}
+		}
+		after, _ := u.c.GetFunction(ctx, "py")
+		if after.Status.Image != before.Status.Image {
+			t.Errorf("the victim's image changed: %s → %s", before.Status.Image, after.Status.Image)
+		}
+		if err := u.c.DeleteFunction(ctx, "attacker"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("update under load has no failed request", func(t *testing.T) {
 		var ok, failed, sawNew atomic.Int64
 		stop := make(chan struct{})
