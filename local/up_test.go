@@ -181,35 +181,12 @@ func TestSlessUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		attack := "import urllib.request, urllib.error\n" +
-			"def try_(method, url):\n" +
-			"    try:\n" +
-			"        return urllib.request.urlopen(urllib.request.Request(url, method=method, data=b'x' if method in ('POST','PUT') else None), timeout=2).status\n" +
-			"    except urllib.error.HTTPError as e:\n" +
-			"        return e.code\n" +
-			"    except Exception as e:\n" +
-			"        return 'unreachable'\n" +
-			"def handle(event):\n" +
-			"    reg, victim = event['query']['reg'][0], event['query']['victim'][0]\n" +
-			"    base = 'http://' + reg\n" +
-			"    return {'catalog': try_('GET', base + '/v2/_catalog'),\n" +
-			"            'tags': try_('GET', base + '/v2/' + victim + '/tags/list'),\n" +
-			"            'upload': try_('POST', base + '/v2/' + victim + '/blobs/uploads/'),\n" +
-			"            'deps_upload': try_('POST', base + '/v2/sless/deps/' + 'a' * 64 + '/blobs/uploads/'),\n" +
-			"            'manifest_put': try_('PUT', base + '/v2/' + victim + '/manifests/latest'),\n" +
-			"            'delete': try_('DELETE', base + '/v2/' + victim + '/manifests/latest'),\n" +
-			"            'token': try_('GET', base + '/token?service=sless-registry&scope=repository:' + victim + ':pull,push')}\n"
-		u.deploy(t, "attacker", "python3.11", map[string]string{"handler.py": attack})
+		u.deploy(t, "attacker", "python3.11", map[string]string{"handler.py": testenv.RegistryAttack})
 		code, body := u.get(fnPath("attacker") + "?reg=" + regAddr + "&victim=" + ns + "/py")
-		var got map[string]any
-		if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil || len(got) != 7 {
+		if code != 200 {
 			t.Fatalf("%d %s", code, body)
 		}
-		for k, v := range got {
-			if v != float64(401) && v != "unreachable" {
-				t.Errorf("%s from inside a function: %v, want 401 or unreachable", k, v)
-			}
-		}
+		testenv.CheckRegistryAttack(t, body)
 		after, _ := u.c.GetFunction(ctx, "py")
 		if after.Status.Image != before.Status.Image {
 			t.Errorf("the victim's image changed: %s → %s", before.Status.Image, after.Status.Image)

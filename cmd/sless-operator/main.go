@@ -31,6 +31,7 @@ import (
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/deps"
+	"github.com/sless-dev/sless/internal/regauth"
 	"github.com/sless-dev/sless/oci"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/controllers"
@@ -66,10 +67,15 @@ type config struct {
 	insecure                                     bool
 	codeDir, s3Endpoint, s3Bucket, s3Region      string
 	jwks, pubKey, secretFile                     string
-	operatorNS, pullSecret                       string
+	operatorNS, pullSecret, registryAuthDir      string
 	builds                                       int
 	operatorImage, pipIndex, npmRegistry, egress string
 	runtimes                                     runtimeFlags
+
+	// Set by loadRegistryAuth.
+	keychain   authn.Keychain
+	tenantPull func(ns string) []byte
+	depsPush   func(key string) []byte
 }
 
 func parseFlags(args []string) (*config, error) {
@@ -87,7 +93,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.pubKey, "jwt-public-key", "", "verify tokens with this PEM public key file")
 	fs.StringVar(&c.secretFile, "hs256-secret-file", "", "verify HS256 tokens with the secret in this file (development)")
 	fs.StringVar(&c.operatorNS, "operator-namespace", "sless-system", "namespace the operator (and the /fn/ proxy) runs in")
-	fs.StringVar(&c.pullSecret, "pull-secret-file", "", ".dockerconfigjson copied into every tenant namespace as sless-registry")
+	fs.StringVar(&c.registryAuthDir, "registry-auth-dir", "", "the keys of sless's registry (the sless-registry-auth Secret: "+regauth.SigningKeyFile+", "+regauth.SecretFile+"): the operator pushes as the platform, each tenant namespace gets a pull-only credential for its own repositories, each deps Job a push credential for its key")
+	fs.StringVar(&c.pullSecret, "pull-secret-file", "", "with a registry of your own instead of --registry-auth-dir: .dockerconfigjson copied into every tenant namespace as sless-registry and given to deps Jobs' push step (it must pull function images and push <registry>/sless/deps/*); the operator pushes with DOCKER_CONFIG")
 	fs.IntVar(&c.builds, "max-builds", 2, "concurrent in-process builds")
 	fs.StringVar(&c.operatorImage, "operator-image", "", "this operator's image (by digest): deps Jobs run its `sless deps push`; empty refuses functions with dependencies")
 	fs.StringVar(&c.pipIndex, "pip-index-url", "", "package index for pip installs in deps Jobs (default: the runtime's)")
@@ -99,6 +106,9 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if c.registry == "" || len(c.runtimes) == 0 {
 		return nil, errors.New("--registry and at least one --runtime are required")
+	}
+	if c.registryAuthDir != "" && c.pullSecret != "" {
+		return nil, errors.New("--registry-auth-dir (sless's registry) and --pull-secret-file (your own) exclude each other")
 	}
 	return c, nil
 }
@@ -117,11 +127,8 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	dockerConfig := []byte(`{"auths":{}}`)
-	if cfg.pullSecret != "" {
-		if dockerConfig, err = os.ReadFile(cfg.pullSecret); err != nil {
-			return err
-		}
+	if err := cfg.loadRegistryAuth(); err != nil {
+		return err
 	}
 	mgr, err := newManager()
 	if err != nil {
@@ -137,7 +144,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	backend := kubestore.New(direct, code, resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: dockerConfig,
+	backend := kubestore.New(direct, code, resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: cfg.tenantPull,
 		DepsEgress: splitList(cfg.egress)},
 		// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
 		&kubestore.EndpointResolver{Reader: mgr.GetClient()})
@@ -163,6 +170,40 @@ func run(ctx context.Context, args []string) error {
 		return nil
 	}
 	return err
+}
+
+// loadRegistryAuth decides the registry credentials: derived from sless's registry keys, or
+// (a registry of your own) the operator's DOCKER_CONFIG and one pull secret for everyone.
+func (c *config) loadRegistryAuth() error {
+	if c.registryAuthDir != "" {
+		keys, err := regauth.Load(c.registryAuthDir)
+		if err != nil {
+			return err
+		}
+		host := registryHost(c.registry)
+		c.keychain = keys.Platform().Keychain(host)
+		c.tenantPull = func(ns string) []byte { return keys.TenantPull(ns).DockerConfigJSON(host) }
+		// Long enough for a pod to be scheduled and its Job's 15-minute deadline.
+		c.depsPush = func(key string) []byte { return keys.DepsPush(key, time.Now().Add(time.Hour)).DockerConfigJSON(host) }
+		return nil
+	}
+	shared := []byte(`{"auths":{}}`)
+	if c.pullSecret != "" {
+		var err error
+		if shared, err = os.ReadFile(c.pullSecret); err != nil {
+			return err
+		}
+	}
+	c.keychain = authn.DefaultKeychain
+	c.tenantPull = func(string) []byte { return shared }
+	c.depsPush = func(string) []byte { return shared }
+	return nil
+}
+
+// registryHost is the host[:port] of --registry (which may carry a path).
+func registryHost(registry string) string {
+	host, _, _ := strings.Cut(registry, "/")
+	return host
 }
 
 func (c *config) codeStore(ctx context.Context) (codestore.Store, error) {
@@ -224,7 +265,7 @@ func newManager() (ctrl.Manager, error) {
 
 // setupControllers adds the reconcilers, with the build pipeline they share.
 func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observe func(string, time.Duration)) error {
-	builder, err := oci.NewBuilder(oci.WithInsecure(c.insecure))
+	builder, err := oci.NewBuilder(oci.WithInsecure(c.insecure), oci.WithKeychain(c.keychain))
 	if err != nil {
 		return err
 	}
@@ -236,12 +277,13 @@ func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observ
 	}
 	var depsCfg *controllers.DepsConfig
 	if c.operatorImage != "" {
-		store, err := deps.NewRegistryStore(c.registry+"/sless/deps", remote.WithAuthFromKeychain(authn.DefaultKeychain))
+		store, err := deps.NewRegistryStore(c.registry+"/sless/deps", remote.WithAuthFromKeychain(c.keychain))
 		if err != nil {
 			return err
 		}
 		depsCfg = &controllers.DepsConfig{Store: store, Repo: c.registry + "/sless/deps", OperatorImage: c.operatorImage, Insecure: c.insecure,
-			Pins: &controllers.ConfigMapPins{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: c.operatorNS}}
+			PushCredential: c.depsPush,
+			Pins:           &controllers.ConfigMapPins{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: c.operatorNS}}
 	}
 	recorder := mgr.GetEventRecorderFor("sless-operator")
 	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Pipeline: pipeline, Code: code,

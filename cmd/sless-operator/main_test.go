@@ -3,6 +3,7 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,18 +13,21 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
 	apiclient "github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/internal/kubetest"
+	"github.com/sless-dev/sless/internal/regauth"
 	"github.com/sless-dev/sless/internal/testenv"
 	"github.com/sless-dev/sless/layers"
 )
@@ -32,11 +36,16 @@ import (
 // reconciler in the same process builds it in-process and creates the Deployment.
 func TestOperatorBinary(t *testing.T) {
 	env := kubetest.Start(t)
-	reg := testenv.Registry(t)
+	reg, keysDir := testenv.AuthRegistry(t)
+	keys, err := regauth.Load(keysDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	platform := remote.WithAuth(keys.Platform().Authenticator())
 	l, _ := layers.FromFS(fstest.MapFS{"server.py": {Data: []byte("print('server')\n")}}, layers.WithPrefix("/app"))
 	img, _ := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), l)
 	ref, _ := name.ParseReference(reg + "/sless/runtime-python3.11:latest")
-	if err := remote.Write(ref, img); err != nil {
+	if err := remote.Write(ref, img, platform); err != nil {
 		t.Fatal(err)
 	}
 	d, _ := img.Digest()
@@ -71,7 +80,8 @@ func TestOperatorBinary(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "secret"), []byte(secret), 0o600)
 	listen := testenv.FreeAddr(t)
 	cmd := exec.Command(bin, "--listen", listen, "--public-url", "http://"+listen, "--registry", reg, "--code-dir", filepath.Join(dir, "code"),
-		"--hs256-secret-file", filepath.Join(dir, "secret"), "--runtime", "python3.11="+ref.Context().Digest(d.String()).String())
+		"--hs256-secret-file", filepath.Join(dir, "secret"), "--runtime", "python3.11="+ref.Context().Digest(d.String()).String(),
+		"--registry-auth-dir", keysDir)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig(t))
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -128,5 +138,29 @@ func TestOperatorBinary(t *testing.T) {
 	}
 	if dep.Spec.Template.Spec.Containers[0].Image != f.Status.Image {
 		t.Errorf("deployment runs %s, built %s", dep.Spec.Template.Spec.Containers[0].Image, f.Status.Image)
+	}
+
+	// The namespace's pull secret pulls the function's image and pushes nothing.
+	var pull corev1.Secret
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace(), Name: "sless-registry"}, &pull); err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Auths map[string]struct{ Username, Password string }
+	}
+	if err := json.Unmarshal(pull.Data[corev1.DockerConfigJsonKey], &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cred, ok := cfg.Auths[reg]
+	if !ok || cred.Username != "pull."+c.Namespace() {
+		t.Fatalf("pull secret %s", pull.Data[corev1.DockerConfigJsonKey])
+	}
+	tenant := remote.WithAuth(&authn.Basic{Username: cred.Username, Password: cred.Password})
+	fref, _ := name.ParseReference(f.Status.Image)
+	if _, err := remote.Image(fref, tenant); err != nil {
+		t.Errorf("the tenant's pull secret cannot pull its function: %v", err)
+	}
+	if err := remote.Write(fref.Context().Tag("evil"), img, tenant); err == nil {
+		t.Error("the tenant's pull secret pushed")
 	}
 }

@@ -38,8 +38,9 @@ Usage:
   sless up [--data-dir DIR] [--listen 127.0.0.1:8080] [--registry-listen 127.0.0.1:5000]
   sless build --runtime-image REF --src DIR|FILE.zip --handler MODULE.FUNC --to REPO[:TAG]
   sless runtime build --runtime python3.11|nodejs20 --base REF --to REPO[:TAG]
-  sless deps push --dir DIR --to REPO:KEY [--prefix /app/deps]
-  sless registry --listen ADDR --root DIR     serve a CNCF Distribution registry (for trying things out)
+  sless deps push --dir DIR --to REPO:TAG [--prefix /app/deps]
+  sless registry --listen ADDR --root DIR --auth-dir DIR   serve a CNCF Distribution registry with token auth
+  sless registry credential --auth-dir DIR --registry HOST[:PORT] platform|node|pull.NAMESPACE
   sless version
 
 Run 'sless COMMAND --help' for a command's flags.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/sless-dev/sless/internal/regauth"
 	"github.com/sless-dev/sless/internal/registry"
@@ -17,6 +18,9 @@ import (
 // and a quick one for trying `sless build` by hand. Its keys live in --auth-dir (created there
 // with a fresh random key set when empty; on Kubernetes a mounted Secret shared with the operator).
 func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "credential" {
+		return runRegistryCredential(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("sless registry", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:5000", "address to listen on (port 0 picks a free one)")
@@ -53,4 +57,40 @@ func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintln(stdout, s.Addr())
 	<-ctx.Done()
 	return s.Close()
+}
+
+// runRegistryCredential prints a docker config.json with one identity's credential, derived from
+// the registry's keys (created when the directory has none, as `sless registry` would): what an
+// install puts into pull secrets and a node's containerd config.
+func runRegistryCredential(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sless registry credential", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	authDir := fs.String("auth-dir", "", "the registry's keys directory (required)")
+	host := fs.String("registry", "", "the registry's host[:port] as clients name it (required)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usageError{err.Error()}
+	}
+	if *authDir == "" || *host == "" || fs.NArg() != 1 {
+		return usageError{"usage: sless registry credential --auth-dir DIR --registry HOST[:PORT] platform|node|pull.NAMESPACE"}
+	}
+	keys, err := regauth.LoadOrCreate(*authDir)
+	if err != nil {
+		return err
+	}
+	var c regauth.Credential
+	switch who := fs.Arg(0); {
+	case who == "platform":
+		c = keys.Platform()
+	case who == "node":
+		c = keys.Node()
+	case strings.HasPrefix(who, "pull."):
+		c = keys.TenantPull(strings.TrimPrefix(who, "pull."))
+	default:
+		return usageError{fmt.Sprintf("unknown identity %q: platform, node or pull.NAMESPACE", who)}
+	}
+	_, err = fmt.Fprintln(stdout, string(c.DockerConfigJSON(*host)))
+	return err
 }

@@ -3,6 +3,7 @@ package k8s_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -328,8 +330,9 @@ func TestDestroyRemovesEverything(t *testing.T) {
 			client.IgnoreNotFound(cluster.Kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "hello-python"}, &svc)) == nil && svc.Name == ""
 	})
 	ref, _ := name.NewDigest(out["image"])
-	if _, err := remote.Head(ref); err == nil {
-		t.Errorf("image %s still in the registry", out["image"])
+	var te *transport.Error
+	if _, err := remote.Head(ref, remote.WithAuth(cluster.RegistryAuth)); !errors.As(err, &te) || te.StatusCode != http.StatusNotFound {
+		t.Errorf("image %s still in the registry (%v)", out["image"], err)
 	}
 	if ok, err := cluster.Code.Exists(context.Background(), codestore.Key(ns, "hello-python", f.Status.CodeSHA256)); ok || err != nil {
 		t.Errorf("stored code still there (%v)", err)

@@ -18,6 +18,8 @@ api_ready || die "the cluster is not up (hack/k8s/up.sh)"
 cd "$ROOT_DIR"
 REG=$(registry_addr)
 CRANE=$(crane_bin)
+# The registry's platform credential (written by up.sh's `sless registry`), for every push here.
+export DOCKER_CONFIG=$K1N/registry-auth
 
 log "building the operator image with sless's own builder"
 OPERATOR_IMAGE=$(go run ./hack/operator-image --to "$REG/sless/operator:dev")
@@ -57,8 +59,15 @@ kc -n sless-system create secret generic sless-jwt --from-file=public.pem="$SLES
 s3env=$(mktemp); trap 'rm -f "$s3env"' EXIT; chmod 600 "$s3env"
 printf 'AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n' "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" > "$s3env"
 kc -n sless-system create secret generic sless-s3 --from-env-file="$s3env" --dry-run=client -o yaml | kc_apply -f - >/dev/null
-kc -n sless-system create secret docker-registry sless-registry --docker-server="$REG" --docker-username=sless \
-  --docker-password=unused --dry-run=client -o yaml | kc_apply -f - >/dev/null
+# The registry's keys, shared by `sless registry` and the operator (which derives each tenant's
+# pull credential and each deps Job's push credential from them), and the node's pull-only
+# credential for the operator's own image.
+kc -n sless-system create secret generic sless-registry-auth --from-file=signing-key.pem="$K1N/registry-auth/signing-key.pem" \
+  --from-file=secret="$K1N/registry-auth/secret" --dry-run=client -o yaml | kc_apply -f - >/dev/null
+nodecfg=$(mktemp); trap 'rm -f "$s3env" "$nodecfg"' EXIT; chmod 600 "$nodecfg"
+"$K1N/bin/sless" registry credential --auth-dir "$K1N/registry-auth" --registry "$REG" node > "$nodecfg"
+kc -n sless-system create secret generic sless-registry --type=kubernetes.io/dockerconfigjson \
+  --from-file=.dockerconfigjson="$nodecfg" --dry-run=client -o yaml | kc_apply -f - >/dev/null
 OVERLAY=$K1N/sless-install
 rm -rf "$OVERLAY"; mkdir -p "$OVERLAY/e2e"
 cp -r operator/config "$OVERLAY/config"

@@ -2,7 +2,7 @@
 # Quick end-to-end check of the running hack/k8s cluster, for tests and by hand: builds a tiny static
 # HTTP server (hack/k8s/smoke) into an image on an empty base, pushes it to the cluster registry,
 # runs it as a Deployment behind a Service, curls the pod IP and the ClusterIP from the host, runs a
-# Job that fetches the Service by its DNS name and the registry's /v2/ from inside the cluster, and
+# Job that fetches the Service by its DNS name from inside the cluster, and
 # deletes its namespace (without waiting for it to be gone).
 #
 #   K1N=DIR    state directory of the cluster (default $SLESS_CACHE/k1n)
@@ -31,10 +31,10 @@ mkdir -p "$img_dir"
 (cd "$ROOT_DIR" && CGO_ENABLED=0 go build -ldflags '-s -w' -o "$img_dir/smoke" ./hack/k8s/smoke) || die "building hack/k8s/smoke failed"
 IMAGE=$REG/k1n-smoke:$(sha256sum < "$img_dir/smoke" | cut -c1-12)
 crane=$(crane_bin)
-if ! "$crane" digest --insecure "$IMAGE" >/dev/null 2>&1; then
+if ! DOCKER_CONFIG=$K1N/registry-auth "$crane" digest --insecure "$IMAGE" >/dev/null 2>&1; then
   tar --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$img_dir" -cf "$img_dir/layer.tar" smoke
-  { "$crane" append --insecure -f "$img_dir/layer.tar" -t "$IMAGE" &&
-    "$crane" mutate --insecure --set-platform linux/amd64 --entrypoint /smoke "$IMAGE" -t "$IMAGE"; } \
+  { DOCKER_CONFIG=$K1N/registry-auth "$crane" append --insecure -f "$img_dir/layer.tar" -t "$IMAGE" &&
+    DOCKER_CONFIG=$K1N/registry-auth "$crane" mutate --insecure --set-platform linux/amd64 --entrypoint /smoke "$IMAGE" -t "$IMAGE"; } \
     > "$img_dir/push.log" 2>&1 || { cat "$img_dir/push.log" >&2; die "pushing $IMAGE failed"; }
 fi
 t_image=$(since "$t")
@@ -98,7 +98,7 @@ spec:
       containers:
       - name: check
         image: $IMAGE
-        args: [get, "http://web.$ns.svc.cluster.local/", "http://$REG/v2/"]
+        args: [get, "http://web.$ns.svc.cluster.local/"]
 EOF
 for ((i = 0; ; i++)); do
   st=$(kc -n "$ns" get job check -o jsonpath='{.status.succeeded}/{.status.failed}')

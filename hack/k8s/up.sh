@@ -103,12 +103,12 @@ mkdir -p "$K1N"/{bin,logs,host,manifests,images,pki,kubelet,podlogs,registry} \
 
 # --- binaries: the cluster's (cached by build.sh), and sless for the registry, built in parallel.
 log "binaries"
-"$HERE/build.sh" > /dev/null || fail build "hack/k8s/build.sh failed"
-for b in "$K8S_BIN"/*; do ln -sfn "$b" "$K1N/bin/$(basename "$b")"; done   # kubectl etc. at $K1N/bin
 # Straight to the target: go skips the link when the binary there is up to date (and renames
 # a new one into place, so it is never half written).
 (cd "$ROOT_DIR" && go build -o "$K1N/bin/sless" ./cmd/sless) > "$K1N/logs/sless-build.log" 2>&1 &
 sless_build=$!
+"$HERE/build.sh" > /dev/null || fail build "hack/k8s/build.sh failed"
+for b in "$K8S_BIN"/*; do ln -sfn "$b" "$K1N/bin/$(basename "$b")"; done   # kubectl etc. at $K1N/bin
 
 # --- host state to restore later, recorded before anything changes it (kept until down.sh has
 # restored it, so a second up.sh never records already-changed values).
@@ -167,6 +167,15 @@ for ifc in $ext_ifs; do
 done
 log "bridge $K1N_BRIDGE $K1N_NODE_IP/16, guard rules on ${ext_ifs//$'\n'/ }"
 
+# --- the registry's keys (kept across runs: the install's Secret and every pull secret derive from
+# them) and the node's credential, which containerd's config needs before it starts.
+wait "$sless_build" || {
+  [ -x "$K1N/bin/sless" ] || fail sless-build "go build ./cmd/sless failed"
+  log "warning: go build ./cmd/sless failed (logs/sless-build.log); using the previous $K1N/bin/sless"
+}
+NODE_CRED=$("$K1N/bin/sless" registry credential --auth-dir "$K1N/registry-auth" --registry "$REG" node) || fail sless "sless registry credential failed"
+read -r NODE_USER NODE_PASS < <(python3 -c 'import json,sys; a=list(json.loads(sys.argv[1])["auths"].values())[0]; print(a["username"], a["password"])' "$NODE_CRED")
+
 # --- configuration files (rewritten every time: the registry port may differ).
 # containerd: only what differs from its defaults. restrict_oom_score_adj is the one setting without
 # which no pod starts here (no CAP_SYS_RESOURCE for negative oom_score_adj).
@@ -193,7 +202,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "$K1N/containerd/certs.d"
+  # The registry serves nothing anonymously: the node pulls system images (pause, coredns, the
+  # operator) with its own pull-only credential; function pods bring their namespace's.
+  [plugins."io.containerd.grpc.v1.cri".registry.configs."$REG".auth]
+    username = "$NODE_USER"
+    password = "$NODE_PASS"
 EOF
+chmod 600 "$K1N/containerd/config.toml"
 # The registry speaks plain HTTP: tell CRI so (its default is https).
 rm -rf "$K1N/containerd/certs.d"; mkdir -p "$K1N/containerd/certs.d/$REG"
 cat > "$K1N/containerd/certs.d/$REG/hosts.toml" <<EOF
@@ -336,12 +351,13 @@ start kube-apiserver "$K8S_BIN/kube-apiserver" \
   --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction --allow-privileged=true \
   --profiling=false -v=1
 
-wait "$sless_build" || {
-  [ -x "$K1N/bin/sless" ] || fail sless-build "go build ./cmd/sless failed"
-  log "warning: go build ./cmd/sless failed (logs/sless-build.log); using the previous $K1N/bin/sless"
-}
-start registry "$K1N/bin/sless" registry --listen "$REG" --root "$K1N/registry"
-wait_until "registry on http://$REG" 30 registry curl -sf "http://$REG/v2/"
+# Token auth, sless the issuer on the same address: the realm is http://$REG/token, which
+# containerd on the node reaches (no cluster DNS there). config.json: the platform's credential,
+# for crane and the install scripts (DOCKER_CONFIG=$K1N/registry-auth).
+start registry "$K1N/bin/sless" registry --listen "$REG" --root "$K1N/registry" --auth-dir "$K1N/registry-auth" \
+  --write-docker-config "$K1N/registry-auth/config.json"
+registry_challenges() { [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$REG/v2/")" = 401 ]; }
+wait_until "registry on http://$REG" 30 registry registry_challenges
 
 # push_images: pause and coredns into the registry (once per binary version), then into containerd
 # while the apiserver is still starting, so the first pods do not wait for pulls (≈ 2 s from scratch).
@@ -355,13 +371,13 @@ push_images() {
       case $name in pause) tag=$PAUSE_TAG;; coredns) tag=$COREDNS_TAG;; esac
       # A one-file layer onto an empty base: no Docker Hub, no base image.
       tar --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$K8S_BIN" -cf "$K1N/images/$name.tar" "$name"
-      "$crane" append --insecure -f "$K1N/images/$name.tar" -t "$REG/$tag"
-      "$crane" mutate --insecure --set-platform linux/amd64 --entrypoint "/$name" "$REG/$tag" -t "$REG/$tag"
+      DOCKER_CONFIG=$K1N/registry-auth "$crane" append --insecure -f "$K1N/images/$name.tar" -t "$REG/$tag"
+      DOCKER_CONFIG=$K1N/registry-auth "$crane" mutate --insecure --set-platform linux/amd64 --entrypoint "/$name" "$REG/$tag" -t "$REG/$tag"
     done
     echo "$want" > "$stamp"
   fi
   for tag in "$PAUSE_TAG" "$COREDNS_TAG"; do
-    ctr_ -n k8s.io images pull --plain-http "$REG/$tag" >/dev/null || echo "pre-pull of $REG/$tag failed; kubelet will pull it"
+    ctr_ -n k8s.io images pull --plain-http --user "$NODE_USER:$NODE_PASS" "$REG/$tag" >/dev/null || echo "pre-pull of $REG/$tag failed; kubelet will pull it"
   done
 }
 push_images > "$K1N/logs/images.log" 2>&1 &

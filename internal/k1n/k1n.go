@@ -16,12 +16,14 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/go-containerregistry/pkg/authn"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/kubetest"
+	"github.com/sless-dev/sless/internal/regauth"
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
@@ -33,13 +35,17 @@ type Env struct {
 	Dir      string // the cluster's state directory ($K1N)
 	Endpoint string // the REST API and /fn/, on the operator Service's NodePort
 	Registry string // the cluster's registry (host:port), reachable from the host and from pods
-	Kube     client.Client
-	Kubectl  []string             // kubectl with the admin kubeconfig
-	Code     *codestore.S3        // the code store the operator uses
-	NPM      *testenv.NPMRegistry // an npm registry on the bridge address serving leftpad-sless
-	key      *rsa.PrivateKey
-	log      io.Writer
-	closers  []func()
+	// RegistryAuth is the platform's credential for Registry (which serves nothing anonymously).
+	RegistryAuth authn.Authenticator
+	// RegistryKeys derive every other identity's credential (regauth).
+	RegistryKeys *regauth.Keys
+	Kube         client.Client
+	Kubectl      []string             // kubectl with the admin kubeconfig
+	Code         *codestore.S3        // the code store the operator uses
+	NPM          *testenv.NPMRegistry // an npm registry on the bridge address serving leftpad-sless
+	key          *rsa.PrivateKey
+	log          io.Writer
+	closers      []func()
 }
 
 // MissingError is a component the environment cannot run without.
@@ -126,6 +132,10 @@ func Start(log io.Writer) (_ *Env, err error) {
 			e.Registry = v
 		}
 	}
+	if e.RegistryKeys, err = regauth.Load(filepath.Join(e.Dir, "registry-auth")); err != nil {
+		return nil, err
+	}
+	e.RegistryAuth = e.RegistryKeys.Platform().Authenticator()
 	kubeconfig := filepath.Join(e.Dir, "admin.kubeconfig")
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {

@@ -17,8 +17,8 @@ const (
 	// PlatformUser is sless itself: it pushes function images and dependency layers, deletes,
 	// and reads the catalog.
 	PlatformUser = "sless"
-	// NodeUser is a node's container runtime: it pulls system images (sless/…, except
-	// dependency layers, and one-component names such as pause), never a tenant's.
+	// NodeUser is a node's container runtime: it pulls system images (systemImage), never a
+	// tenant's.
 	NodeUser = "node"
 	// DepsRepoPrefix is where dependency layers live, one repository per key.
 	DepsRepoPrefix = "sless/deps/"
@@ -72,7 +72,8 @@ func (k *Keys) Platform() Credential { return k.credential(PlatformUser) }
 // Node is a node's pull credential for system images.
 func (k *Keys) Node() Credential { return k.credential(NodeUser) }
 
-// TenantPull is namespace ns's credential: pull, on its own repositories (<ns>/…) only.
+// TenantPull is namespace ns's credential: pull, on its own repositories (<ns>/…) and system
+// images only.
 func (k *Keys) TenantPull(ns string) Credential { return k.credential(tenantPrefix + ns) }
 
 // DepsPush is the credential for pushing one dependency layer (repository DepsRepo(key)) until
@@ -116,10 +117,7 @@ func policyFor(user string) policy {
 		}
 	case user == NodeUser:
 		return func(typ, name string, _ time.Time) []string {
-			if typ != "repository" || strings.HasPrefix(name, DepsRepoPrefix) {
-				return nil
-			}
-			if strings.HasPrefix(name, "sless/") || !strings.Contains(name, "/") {
+			if typ == "repository" && systemImage(name) {
 				return pullOnly
 			}
 			return nil
@@ -129,8 +127,10 @@ func policyFor(user string) policy {
 		if !namespacePattern.MatchString(ns) || len(ns) > 63 || ns == "sless" {
 			return nil
 		}
+		// System images too: a deps Job's pod runs the runtime image (the installer) and the
+		// operator's (the push step) with the namespace's pull secret.
 		return func(typ, name string, _ time.Time) []string {
-			if typ == "repository" && strings.HasPrefix(name, ns+"/") {
+			if typ == "repository" && (strings.HasPrefix(name, ns+"/") || systemImage(name)) {
 				return pullOnly
 			}
 			return nil
@@ -152,6 +152,16 @@ func policyFor(user string) policy {
 		}
 	}
 	return nil
+}
+
+// systemImage reports whether repository name holds a platform image anyone may pull: sless/…
+// (runtimes, bases, the operator) but not a dependency layer, or a one-component name (pause,
+// coredns). A tenant's repositories always have two components, <namespace>/<function>.
+func systemImage(name string) bool {
+	if strings.HasPrefix(name, DepsRepoPrefix) {
+		return false
+	}
+	return strings.HasPrefix(name, "sless/") || !strings.Contains(name, "/")
 }
 
 // String is for logs: never the password.

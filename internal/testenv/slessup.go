@@ -5,9 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/sless-dev/sless/internal/regauth"
 	"io"
 	"net/http"
 	"os"
@@ -19,7 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
 	"github.com/sless-dev/sless/api/client"
+	"github.com/sless-dev/sless/internal/regauth"
 	"github.com/sless-dev/sless/local/podman"
 )
 

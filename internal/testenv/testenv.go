@@ -9,6 +9,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/sless-dev/sless/internal/regauth"
 	"github.com/sless-dev/sless/internal/registry"
 )
 
@@ -35,6 +36,23 @@ func Registry(t testing.TB) string {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s.Addr()
+}
+
+// AuthRegistry starts a real registry with token authentication (as sless runs it) and returns
+// its host:port and the directory holding its keys (regauth.Load reads them).
+func AuthRegistry(t testing.TB) (addr, keysDir string) {
+	t.Helper()
+	keysDir = filepath.Join(t.TempDir(), "registry-auth")
+	keys, err := regauth.LoadOrCreate(keysDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := registry.Start(context.Background(), registry.Config{RootDir: t.TempDir(), Auth: keys})
+	if err != nil {
+		t.Fatalf("starting registry: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s.Addr(), keysDir
 }
 
 // StartRegistry is Registry for TestMain: the caller closes it.

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -33,6 +34,10 @@ type DepsConfig struct {
 	OperatorImage string
 	// Insecure lets the Job push over plain HTTP.
 	Insecure bool
+	// PushCredential is the docker config.json the Job's push container gets for key: with
+	// sless's registry a credential that pushes that key's repository only and expires
+	// (regauth.DepsPush). The installer, which runs the tenant's code, never sees it. Required.
+	PushCredential func(key string) []byte
 	// Pins records each key's layer the first time it is read from the store (deps.Pinned); a
 	// ConfigMapPins in the operator's namespace. Required.
 	Pins deps.Pins
@@ -113,17 +118,26 @@ func (d *jobDeps) Layer(ctx context.Context, spec deps.Spec, dir string) (deps.R
 	for n, b := range spec.Files {
 		files[n] = string(b)
 	}
+	// A fresh Secret name per Job: a replaced Job's Secret may still await garbage collection.
+	secretName := jobKey.Name + "-push-" + rand.String(5)
 	j, cm := resources.MakeDepsJob(resources.DepsJob{Namespace: fn.Namespace, Name: jobKey.Name, Function: fn.Name,
 		RuntimeImage: spec.RuntimeImage, Argv: in.Argv, Env: in.Env, Manifests: files, OperatorImage: r.Deps.OperatorImage,
-		PushTo: deps.LayerRef(r.Deps.Repo, key), DepsDir: dir, Insecure: r.Deps.Insecure})
+		PushTo: deps.LayerRef(r.Deps.Repo, key), DepsDir: dir, Insecure: r.Deps.Insecure, PushSecret: secretName})
 	j.Annotations = map[string]string{annotationBuildKey: d.build}
 	for _, obj := range []client.Object{cm, j} {
 		if err := controllerutil.SetControllerReference(fn, obj, r.Scheme); err != nil {
 			return deps.Result{}, err
 		}
-		if err := r.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := r.Create(ctx, obj); apierrors.IsAlreadyExists(err) && obj == client.Object(j) {
+			return deps.Result{}, depsPending(j.Name) // another reconcile made it, and its Secret
+		} else if err != nil && !apierrors.IsAlreadyExists(err) {
 			return deps.Result{}, fmt.Errorf("creating deps %T: %w", obj, err)
 		}
+	}
+	// After the Job, to be owned by it (its pod waits for the volume meanwhile). Were the operator
+	// to stop in between, the pod waits until the Job's deadline, which fails it and retries.
+	if err := r.Create(ctx, resources.DepsPushSecret(j, secretName, r.Deps.PushCredential(key))); err != nil {
+		return deps.Result{}, fmt.Errorf("creating the deps push credential: %w", err)
 	}
 	r.event(fn, corev1.EventTypeNormal, "InstallingDependencies", "dependency cache miss (key %s): Job %s installs them", key[:12], j.Name)
 	return deps.Result{}, depsPending(j.Name)

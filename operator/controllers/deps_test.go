@@ -39,7 +39,8 @@ func TestDependenciesJob(t *testing.T) {
 	}
 	r, _ := e.start(func(c *startConfig) {
 		c.deps = &controllers.DepsConfig{Store: store, Repo: e.reg + "/sless/deps", OperatorImage: e.runtime, Insecure: true,
-			Pins: &controllers.ConfigMapPins{Client: e.c, Reader: e.c, Namespace: e.ns}}
+			Pins:           &controllers.ConfigMapPins{Client: e.c, Reader: e.c, Namespace: e.ns},
+			PushCredential: func(key string) []byte { return []byte(`{"auths":{"push-for":"` + key + `"}}`) }}
 		c.pipeline = append(c.pipeline, build.WithIndex("python3.11", index))
 	})
 	requirements := "six==1.16.0\n"
@@ -84,6 +85,33 @@ func TestDependenciesJob(t *testing.T) {
 		}
 		if pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
 			t.Errorf("deps pod not restricted: %+v", pod.SecurityContext)
+		}
+		// The one credential of the pod pushes this key only, and only the push container, which
+		// starts after the installer exited, mounts it.
+		var secretName string
+		for _, v := range pod.Volumes {
+			if v.Secret != nil {
+				if secretName != "" {
+					t.Errorf("two secret volumes: %s, %s", secretName, v.Secret.SecretName)
+				}
+				secretName = v.Secret.SecretName
+			}
+		}
+		var sec corev1.Secret
+		eventually(t, "the push credential Secret", func() bool {
+			return e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: secretName}, &sec) == nil
+		})
+		if string(sec.Data[corev1.DockerConfigJsonKey]) != `{"auths":{"push-for":"`+key+`"}}` ||
+			len(sec.OwnerReferences) != 1 || sec.OwnerReferences[0].Kind != "Job" || sec.OwnerReferences[0].UID != job.UID {
+			t.Errorf("push secret %s: %s, owners %+v", secretName, sec.Data, sec.OwnerReferences)
+		}
+		for _, m := range install.VolumeMounts {
+			if m.Name == "registry-auth" {
+				t.Error("the installer mounts the push credential")
+			}
+		}
+		if len(install.EnvFrom) != 0 {
+			t.Errorf("the installer gets env from %+v", install.EnvFrom)
 		}
 		var cm corev1.ConfigMap
 		if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: job.Name}, &cm); err != nil || cm.Data["requirements.txt"] != requirements {

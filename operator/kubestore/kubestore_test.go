@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 // its own tenant, and a deleted namespace stays Terminating there, with no namespace controller).
 var kubeBackend = apitest.Backend{Name: "kubestore", New: func(t testing.TB, code codestore.Store, r api.Resolver) (api.Backend, apitest.Controller) {
 	c := shared.Get(t).Client
-	return kubestore.New(c, code, resources.TenantConfig{OperatorNamespace: "sless-system", DockerConfigJSON: []byte(`{"auths":{}}`)}, r), controller{c}
+	return kubestore.New(c, code, resources.TenantConfig{OperatorNamespace: "sless-system", DockerConfigJSON: func(string) []byte { return []byte(`{"auths":{}}`) }}, r), controller{c}
 }}
 
 // controller plays the reconcilers: it writes the CRDs' status with observedGeneration.

@@ -14,8 +14,9 @@ import (
 type TenantConfig struct {
 	// OperatorNamespace may reach function pods (the /fn/ proxy runs there).
 	OperatorNamespace string
-	// DockerConfigJSON is the registry pull secret's content (.dockerconfigjson).
-	DockerConfigJSON []byte
+	// DockerConfigJSON is the namespace's registry pull secret (.dockerconfigjson): with sless's
+	// registry a pull-only credential for the namespace's own repositories (regauth.TenantPull).
+	DockerConfigJSON func(ns string) []byte
 	// DepsEgress are the CIDRs deps pods may reach besides DNS (package index, registry).
 	DepsEgress []string
 	// Quota bounds the namespace: total memory limits and pods.
@@ -80,6 +81,13 @@ func TenantObjects(ns string, c TenantConfig) (*corev1.Namespace, []any) {
 		Egress:      depsEgress,
 	}}
 	secret := &corev1.Secret{ObjectMeta: meta(PullSecret), Type: corev1.SecretTypeDockerConfigJson,
-		Data: map[string][]byte{corev1.DockerConfigJsonKey: c.DockerConfigJSON}}
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: c.pullSecret(ns)}}
 	return namespace, []any{quota, limits, defaultPolicy, depsPolicy, secret}
+}
+
+func (c TenantConfig) pullSecret(ns string) []byte {
+	if c.DockerConfigJSON == nil {
+		return []byte(`{"auths":{}}`)
+	}
+	return c.DockerConfigJSON(ns)
 }

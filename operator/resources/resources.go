@@ -230,15 +230,28 @@ type DepsJob struct {
 	Argv, Env       []string
 	Manifests       map[string]string // file name -> content, mounted at /in
 	OperatorImage   string
-	PushTo          string // registry/sless/deps:<key>
+	PushTo          string // <registry>/sless/deps/<key>:latest
 	DepsDir         string // /app/deps or /app/node_modules
+	// PushSecret names the Secret (DepsPushSecret) with the one credential of the Job: a push
+	// credential for this key only, mounted into the push container only.
+	PushSecret string
 	// Insecure pushes over plain HTTP (a test cluster's registry).
 	Insecure bool
 }
 
-// dockerConfigDir is where a deps Job's push container finds the registry credentials: the
-// namespace's pull secret, which holds them for the same registry.
+// dockerConfigDir is where a deps Job's push container finds its registry credential.
 const dockerConfigDir = "/etc/sless/docker"
+
+// DepsPushSecret is the Secret a deps Job's push container reads its credential from; owned by
+// the Job, so it goes with it.
+func DepsPushSecret(job *batchv1.Job, name string, dockerConfigJSON []byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: job.Namespace, Labels: job.Labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID}}},
+		Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: dockerConfigJSON},
+	}
+}
 
 // MakeDepsJob is the Job of a dependency install (role=deps: the NetworkPolicy lets these pods
 // reach the package index and the registry).
@@ -269,7 +282,7 @@ func MakeDepsJob(d DepsJob) (*batchv1.Job, *corev1.ConfigMap) {
 			{Name: "in", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: d.Name}}}},
 			{Name: "out", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-			{Name: "registry-auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: PullSecret,
+			{Name: "registry-auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: d.PushSecret,
 				Items: []corev1.KeyToPath{{Key: corev1.DockerConfigJsonKey, Path: "config.json"}}}}},
 		},
 		// The installer's last log lines become its termination message: the Function's status

@@ -192,7 +192,7 @@ func TestObjectsAcceptedByAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	dj, cm := resources.MakeDepsJob(resources.DepsJob{Namespace: ns.Name, Name: "deps-abc", Function: "hello", RuntimeImage: image,
-		Argv: []string{"true"}, Manifests: map[string]string{"requirements.txt": "six\n"}, OperatorImage: image, PushTo: "r/sless/deps:abc", DepsDir: "/app/deps"})
+		Argv: []string{"true"}, Manifests: map[string]string{"requirements.txt": "six\n"}, OperatorImage: image, PushTo: "r/sless/deps/abc:latest", DepsDir: "/app/deps", PushSecret: "deps-abc-push-x1y2z"})
 	for _, obj := range []client.Object{resources.MakeDeployment(f, image, 1), resources.MakeService(f), resources.MakeJob(fj, f, image),
 		resources.MakeCronJob(tr, f, image), cm, dj} {
 		if err := env.Client.Create(ctx, obj); err != nil {
@@ -205,7 +205,9 @@ func TestTenantObjectsAccepted(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx := context.Background()
 	ns, objs := resources.TenantObjects("sless-00000000000000bb", resources.TenantConfig{OperatorNamespace: "sless-system",
-		DockerConfigJSON: []byte(`{"auths":{"registry.sless-system.svc:5000":{"auth":"dXNlcjpwYXNz"}}}`), DepsEgress: []string{"10.96.0.0/12"}})
+		DockerConfigJSON: func(string) []byte {
+			return []byte(`{"auths":{"registry.sless-system.svc:5000":{"auth":"dXNlcjpwYXNz"}}}`)
+		}, DepsEgress: []string{"10.96.0.0/12"}})
 	if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
 		t.Errorf("labels %v", ns.Labels)
 	}
