@@ -14,8 +14,8 @@ import (
 	"github.com/sless-dev/sless/runspec"
 )
 
-// depsResolver runs an installer as a one-shot container of the runtime image (host network, so it
-// reaches the package index the platform is configured with).
+// depsResolver runs an installer as a one-shot container of the runtime image on the instance's
+// deps network, whose only way out is the index proxy on its gateway.
 type depsResolver struct {
 	p    *Platform
 	runs atomic.Int64
@@ -47,7 +47,13 @@ func (r *depsResolver) Resolve(ctx context.Context, s deps.Spec, in deps.Install
 		Labels:  map[string]string{runspec.LabelInstance: p.instance, runspec.LabelRole: string(runspec.RoleDeps)},
 		Volumes: []string{inDir + ":/in:ro", outDir + ":" + deps.OutDir}, Confined: true, MemoryMB: depsMemoryMB,
 		Flags:   []string{"--tmpfs", "/work:rw,nosuid,nodev,size=" + depsScratch + ",mode=1777"},
-		WorkDir: "/work", Command: in.Argv, Env: []podman.EnvVar{{Name: "TMPDIR", Value: "/work"}}}
+		WorkDir: "/work", Command: in.Argv, Network: p.nets.Deps.Name, Env: []podman.EnvVar{{Name: "TMPDIR", Value: "/work"}}}
+	proxy := "http://" + p.proxy.Addr()
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "npm_config_proxy", "npm_config_https_proxy"} {
+		spec.Env = append(spec.Env, podman.EnvVar{Name: k, Value: proxy})
+	}
+	// Nothing bypasses it (an index on the host's loopback is reached through it too).
+	spec.Env = append(spec.Env, podman.EnvVar{Name: "NO_PROXY", Value: ""}, podman.EnvVar{Name: "no_proxy", Value: ""})
 	if ca := p.cfg.DepsCAFile; ca != "" {
 		const inside = "/etc/sless/ca.crt"
 		spec.Volumes = append(spec.Volumes, ca+":"+inside+":ro")

@@ -10,7 +10,6 @@ import (
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/build"
-	"github.com/sless-dev/sless/internal/ports"
 	"github.com/sless-dev/sless/local/runner"
 	"github.com/sless-dev/sless/local/state"
 	"github.com/sless-dev/sless/runspec"
@@ -146,11 +145,7 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 	}
 	f := runner.Function{Namespace: ns, Name: spec.Name, Image: image, Env: spec.EnvVars, TimeoutSec: spec.TimeoutSec, MemoryMB: spec.MemoryMB}
 	if !p.run.Current(ctx, f) {
-		port, err := ports.Free()
-		if err != nil {
-			return err
-		}
-		inst, err := p.run.Serve(ctx, f, port)
+		inst, err := p.run.Serve(ctx, f)
 		if err != nil {
 			// The previous container, if any, keeps serving; the start is retried with backoff.
 			if serr := setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseFailed, err.Error() }); serr != nil {

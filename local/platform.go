@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -22,8 +23,10 @@ import (
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/deps"
+	"github.com/sless-dev/sless/indexproxy"
 	"github.com/sless-dev/sless/internal/regauth"
 	"github.com/sless-dev/sless/internal/registry"
+	"github.com/sless-dev/sless/local/network"
 	"github.com/sless-dev/sless/local/podman"
 	"github.com/sless-dev/sless/local/runner"
 	"github.com/sless-dev/sless/local/runtimeimages"
@@ -50,6 +53,12 @@ type Config struct {
 	// DepsCAFile is a CA bundle mounted into dependency installs (pip, npm), for indexes behind a
 	// TLS proxy or with a private CA. Empty: the runtime image's own bundle.
 	DepsCAFile string
+	// IndexHosts are hosts (host or host:port) installs may reach through the index proxy
+	// besides those of PipIndexURL and NPMRegistry (e.g. files.pythonhosted.org). A runtime whose
+	// index is not set gets the public one's hosts.
+	IndexHosts []string
+	// Subnet is the instance's /24 for its networks (local/network); zero picks a free one.
+	Subnet netip.Prefix
 	// ObserveBuild hears every finished build ("succeeded" or "failed"), for metrics.
 	ObserveBuild func(result string, d time.Duration)
 	// Logger receives the platform's log (default: none); Progress the slow first-start steps
@@ -66,6 +75,8 @@ type Platform struct {
 	db       *state.DB
 	reg      *registry.Server
 	keys     *regauth.Keys
+	nets     *network.Networks
+	proxy    *indexproxy.Server
 	code     *codestore.Dir
 	builder  *oci.Builder
 	pm       *podman.Client
@@ -110,10 +121,28 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 		return nil, err
 	}
 	fail := func(err error) (*Platform, error) { p.Close(); return nil, err }
-	if p.pm, err = podman.New(cfg.DataDir, cfg.PodmanRoot); err != nil {
+	// Tenant code gets networks of the instance's own: no host service, no other container, no
+	// metadata address; installs reach only the index proxy on their gateway.
+	if p.nets, err = network.Plan(p.instance, cfg.DataDir, cfg.Subnet); err != nil {
 		return fail(err)
 	}
-	p.run = runner.New(p.pm, p.instance, cfg.DataDir)
+	if err := p.nets.Create(ctx); err != nil {
+		return fail(err)
+	}
+	ix, err := indexproxy.New([]string{cfg.PipIndexURL, cfg.NPMRegistry}, indexHosts(cfg), cfg.Logger)
+	if err != nil {
+		return fail(err)
+	}
+	if p.proxy, err = indexproxy.Listen(netip.AddrPortFrom(p.nets.Deps.Gateway, 0).String(), ix); err != nil {
+		return fail(err)
+	}
+	if err := p.nets.Confine(ctx, p.proxyPort()); err != nil {
+		return fail(err)
+	}
+	if p.pm, err = podman.New(cfg.DataDir, cfg.PodmanRoot, network.ConfDir(cfg.DataDir)); err != nil {
+		return fail(err)
+	}
+	p.run = runner.New(p.pm, p.instance, cfg.DataDir, p.nets.Functions.Name)
 	if p.code, err = codestore.NewDir(filepath.Join(cfg.DataDir, "code")); err != nil {
 		return fail(err)
 	}
@@ -181,7 +210,8 @@ func (p *Platform) Run(ctx context.Context) error {
 	}
 	pipeline, err := build.New(p.code, p.builder, build.WithRegistry(p.reg.Addr()), build.WithRuntimes(images),
 		build.WithDeps(deps.NewCache(store, &depsResolver{p: p}, p.db, p.cfg.DataDir)),
-		build.WithIndex(apiv1.RuntimePython311, p.cfg.PipIndexURL), build.WithIndex(apiv1.RuntimeNodejs20, p.cfg.NPMRegistry),
+		// Installers get the indexes without credentials: the proxy adds them upstream.
+		build.WithIndex(apiv1.RuntimePython311, indexproxy.Sanitize(p.cfg.PipIndexURL)), build.WithIndex(apiv1.RuntimeNodejs20, indexproxy.Sanitize(p.cfg.NPMRegistry)),
 		build.WithObserver(p.cfg.ObserveBuild), build.WithTempDir(p.cfg.DataDir))
 	if err != nil {
 		return err
@@ -206,8 +236,62 @@ func (p *Platform) Close() error {
 	if p.reg != nil {
 		errs = append(errs, p.reg.Close())
 	}
+	if p.proxy != nil {
+		errs = append(errs, p.proxy.Close())
+	}
 	if p.db != nil {
 		errs = append(errs, p.db.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// proxyPort is the index proxy's port on the deps gateway.
+func (p *Platform) proxyPort() int {
+	ap, _ := netip.ParseAddrPort(p.proxy.Addr())
+	return int(ap.Port())
+}
+
+// indexHosts are the extra hosts installs may reach: the public index's for a runtime whose
+// index is not set (pip's and npm's defaults), and those configured.
+func indexHosts(cfg Config) []string {
+	hosts := cfg.IndexHosts
+	if cfg.PipIndexURL == "" {
+		hosts = append(hosts, "pypi.org", "files.pythonhosted.org")
+	}
+	if cfg.NPMRegistry == "" {
+		hosts = append(hosts, "registry.npmjs.org")
+	}
+	return hosts
+}
+
+// Down removes what an instance left running on the host: its containers (which outlive sless
+// up by design), its networks and its firewall chain. The data dir itself stays.
+func Down(ctx context.Context, dataDir, podmanRoot string) error {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256([]byte(abs))
+	instance := hex.EncodeToString(sum[:])[:12]
+	if podmanRoot == "" {
+		podmanRoot = filepath.Join(abs, "podman")
+	}
+	pm, err := podman.New(abs, podmanRoot, network.ConfDir(abs))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, label := range []string{runspec.LabelInstance, "dev.sless.instance"} {
+		if _, err := pm.Run(ctx, "rm", "-f", "-t", "0", "--filter", "label="+label+"="+instance); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(network.ConfDir(abs), "subnet")); err == nil {
+		nets, err := network.Plan(instance, abs, netip.Prefix{})
+		if err == nil {
+			err = nets.Remove(ctx)
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

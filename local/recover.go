@@ -13,9 +13,6 @@ import (
 // to or marked failed, and containers of this instance that belong to nothing are removed.
 func (c *controller) recover(ctx context.Context) error {
 	p := c.p
-	if err := c.enqueueAll(); err != nil {
-		return err
-	}
 	fns, err := p.db.Functions.All()
 	if err != nil {
 		return err
@@ -31,6 +28,10 @@ func (c *controller) recover(ctx context.Context) error {
 					TimeoutSec: f.Spec.TimeoutSec, MemoryMB: f.Spec.MemoryMB})
 			}
 		}
+	}
+	// After the adoptions: a reconcile must see what was adopted, not start a second container.
+	if err := c.enqueueAll(); err != nil {
+		return err
 	}
 	jobs, err := p.db.Jobs.All()
 	if err != nil {

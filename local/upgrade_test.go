@@ -19,9 +19,10 @@ import (
 )
 
 // An upgrade of sless up keeps running functions: a data dir and a container left by the version
-// before spec and status were apart (state schema 1, container labels dev.sless.*) are taken over
-// by the new one. The container is adopted (same container, no rebuild, no new image) and /fn/
-// answers every request from the moment the new process is ready.
+// before spec and status were apart (state schema 1, container labels dev.sless.*, the host's
+// network) are taken over by the new one. The container serves at once (no rebuild, no new image)
+// and is then replaced by one on the instance's own network, beside it: /fn/ answers every
+// request from the moment the new process is ready.
 func TestUpgradeAdoptsAnEarlierVersion(t *testing.T) {
 	podman := testenv.NewPodman(t)
 	ctx := context.Background()
@@ -106,8 +107,13 @@ func TestUpgradeAdoptsAnEarlierVersion(t *testing.T) {
 	if g.Status.Image != f.Status.Image || g.Status.CodeSHA256 != f.Status.CodeSHA256 {
 		t.Errorf("after the upgrade %+v, before %+v", g.Status, f.Status)
 	}
-	if id := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "ps", "--filter", "name=^"+cname+"$", "--format", "{{.ID}}")))); !strings.HasPrefix(oldID, id) || id == "" {
-		t.Errorf("the earlier container %.12s was replaced by %q", oldID, id)
+	// The host-network container made way for one on the instance's network.
+	waitFor(t, 20*time.Second, func() bool {
+		return strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "ps", "-a", "--filter", "id="+oldID, "--format", "{{.ID}}")))) == ""
+	}, "the earlier container to be replaced")
+	nets := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "ps", "--filter", "label=sless.dev/function=legacy", "--format", "{{.Networks}}"))))
+	if !strings.HasPrefix(nets, "sless-") || strings.Contains(nets, "\n") {
+		t.Errorf("the function's containers are on %q, want one on the instance's network", nets)
 	}
 	resp, err := http.Get(u.url + "/metrics")
 	if err != nil {

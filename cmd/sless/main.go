@@ -36,6 +36,7 @@ const topUsage = `sless — serverless functions on Kubernetes, built without ka
 
 Usage:
   sless up [--data-dir DIR] [--listen 127.0.0.1:8080] [--registry-listen 127.0.0.1:5000]
+  sless down [--data-dir DIR]                 remove an instance's containers, networks and firewall chain
   sless build --runtime-image REF --src DIR|FILE.zip --handler MODULE.FUNC --to REPO[:TAG]
   sless runtime build --runtime python3.11|nodejs20 --base REF --to REPO[:TAG]
   sless deps push --dir DIR --to REPO:TAG [--prefix /app/deps]
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runBuild(ctx, args[1:], stdout, stderr)
 	case "up":
 		return runUp(ctx, args[1:], stdout, stderr)
+	case "down":
+		return runDown(ctx, args[1:], stderr)
 	case "deps":
 		return runDeps(ctx, args[1:], stdout, stderr)
 	case "runtime":

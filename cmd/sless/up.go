@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/http"
 	"os"
 	"os/exec"
@@ -46,6 +47,8 @@ type upConfig struct {
 	uploadLimit                                                              int64
 	pipIndex, npmRegistry, depsCA                                            string
 	testClock, quiet                                                         bool
+	subnet                                                                   netip.Prefix
+	indexHosts                                                               []string
 }
 
 func parseUpFlags(args []string, stderr io.Writer) (*upConfig, error) {
@@ -67,6 +70,15 @@ func parseUpFlags(args []string, stderr io.Writer) (*upConfig, error) {
 	fs.StringVar(&c.pipIndex, "pip-index-url", "", "package index for pip installs of requirements.txt (default: pip's)")
 	fs.StringVar(&c.npmRegistry, "npm-registry", "", "registry for npm installs of package.json (default: npm's)")
 	fs.StringVar(&c.depsCA, "deps-ca-file", defaultCAFile(), "CA bundle for dependency installs ('' for the runtime image's own)")
+	fs.Func("subnet", "the instance's IPv4 /24 for its own container networks (default: a free one in 10.89.0.0/16; never podman's 10.88.0.0/16)", func(v string) error {
+		p, err := netip.ParsePrefix(v)
+		c.subnet = p
+		return err
+	})
+	fs.Func("index-host", "a host (host[:port]) dependency installs may reach through the index proxy besides the indexes' own (repeatable, e.g. files.pythonhosted.org)", func(v string) error {
+		c.indexHosts = append(c.indexHosts, v)
+		return nil
+	})
 	fs.BoolVar(&c.testClock, "test-clock", false, "cron follows a manual clock set with POST /debug/clock?time=RFC3339 (tests only)")
 	fs.BoolVar(&c.quiet, "quiet", false, "no request log on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -125,7 +137,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var srv *api.Server // builds are counted on its /metrics
 	p, err := local.Open(ctx, local.Config{DataDir: c.dataDir, RegistryListen: c.regListen, PodmanRoot: c.podmanRoot,
 		BasesDir: c.basesDir, Clock: clock, Logger: logger, Progress: stderr,
-		PipIndexURL: c.pipIndex, NPMRegistry: c.npmRegistry, DepsCAFile: c.depsCA,
+		PipIndexURL: c.pipIndex, NPMRegistry: c.npmRegistry, DepsCAFile: c.depsCA, Subnet: c.subnet, IndexHosts: c.indexHosts,
 		ObserveBuild: func(result string, d time.Duration) { srv.ObserveBuild(result, d) }})
 	if err != nil {
 		return err
@@ -293,4 +305,20 @@ func defaultCAFile() string {
 		return debian
 	}
 	return ""
+}
+
+// runDown is `sless down`: removes an instance's containers, networks and firewall chain (what
+// outlives `sless up` by design); its data stays.
+func runDown(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sless down", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataDir := fs.String("data-dir", defaultDataDir(), "the instance's data dir (as given to sless up)")
+	podmanRoot := fs.String("podman-root", filepath.Join(defaultCacheDir(), "podman"), "podman storage (as given to sless up)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usageError{err.Error()}
+	}
+	return local.Down(ctx, *dataDir, *podmanRoot)
 }

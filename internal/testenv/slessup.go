@@ -2,8 +2,6 @@ package testenv
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,7 +19,6 @@ import (
 
 	"github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/internal/regauth"
-	"github.com/sless-dev/sless/local/podman"
 )
 
 var (
@@ -154,28 +151,18 @@ func startSlessUp(t testing.TB, dataDir, listen, regAddr string, extra []string)
 	}
 	// Function containers outlive sless up by design; a test's must not outlive the test.
 	// (Cleanups run last-in first-out: this one runs after Stop.)
-	t.Cleanup(func() { removeInstanceContainers(dataDir) })
+	t.Cleanup(func() { removeInstanceContainers(t, dataDir) })
 	t.Cleanup(u.Stop)
 	return u, false
 }
 
-// removeInstanceContainers removes every container sless up started for dataDir (its instance
-// label is a hash of the data dir's absolute path).
-func removeInstanceContainers(dataDir string) {
-	abs, err := filepath.Abs(dataDir)
-	if err != nil {
-		return
+// removeInstanceContainers removes what sless up left on the host for dataDir: its containers,
+// networks and firewall chain (`sless down`).
+func removeInstanceContainers(t testing.TB, dataDir string) {
+	cmd := exec.Command(SlessBinary(t), "down", "--data-dir", dataDir, "--podman-root", filepath.Join(CacheDir(), "podman"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("sless down: %v\n%s", err, out)
 	}
-	sum := sha256.Sum256([]byte(abs))
-	p, err := exec.LookPath("podman")
-	if err != nil {
-		return
-	}
-	args := append(podman.GlobalFlags(filepath.Join(CacheDir(), "podman")), "rm", "-f", "-t", "0", "--filter",
-		"label=dev.sless.instance="+hex.EncodeToString(sum[:])[:12])
-	cmd := exec.Command(p, args...)
-	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(moduleRoot(), "local", "podman", "containers.conf"))
-	cmd.Run()
 }
 
 // LogTail is the end of the process's log.

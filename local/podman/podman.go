@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,9 +29,13 @@ func GlobalFlags(storageRoot string) []string {
 		"--storage-driver", "overlay", "--cgroup-manager", "cgroupfs", "--runtime", "runc"}
 }
 
-// RunFlags are what `podman run` needs here: host networking (publishing ports does not forward on
-// these machines) and explicit ulimits (runc cannot raise nproc here).
-var RunFlags = []string{"--network", "host", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"}
+// Ulimits are explicit because runc cannot raise nproc here.
+var Ulimits = []string{"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"}
+
+// RunFlags are what `podman run` of the project's own (trusted) containers needs here — tests,
+// benchmarks: host networking (publishing ports does not forward on these machines) and Ulimits.
+// Tenant code runs on a network of its own instead (Spec.Network).
+var RunFlags = append([]string{"--network", "host"}, Ulimits...)
 
 // Client runs podman with sless's containers.conf and storage.
 type Client struct {
@@ -39,14 +44,19 @@ type Client struct {
 	env    []string
 }
 
-// New finds podman and writes ContainersConf into confDir.
-func New(confDir, storageRoot string) (*Client, error) {
+// New finds podman and writes ContainersConf into confDir; networkConfigDir, when set, is where
+// podman finds the CNI networks (network_config_dir), instead of the machine's /etc/cni/net.d.
+func New(confDir, storageRoot, networkConfigDir string) (*Client, error) {
 	bin, err := exec.LookPath("podman")
 	if err != nil {
 		return nil, fmt.Errorf("podman is required to run functions on a single host (apt-get install podman runc, or run `make demo`): %w", err)
 	}
 	conf := filepath.Join(confDir, "containers.conf")
-	if err := os.WriteFile(conf, ContainersConf, 0o644); err != nil {
+	content := ContainersConf
+	if networkConfigDir != "" {
+		content = append(append([]byte{}, content...), fmt.Sprintf("[network]\nnetwork_config_dir = %q\n", networkConfigDir)...)
+	}
+	if err := os.WriteFile(conf, content, 0o644); err != nil {
 		return nil, err
 	}
 	return &Client{bin: bin, global: GlobalFlags(storageRoot), env: append(os.Environ(), "CONTAINERS_CONF="+conf)}, nil
@@ -115,6 +125,8 @@ type Spec struct {
 	// Confined runs tenant code as Kubernetes' restricted profile does: no capabilities, no
 	// privilege escalation, a read-only root with a small /tmp, and a bound on processes.
 	Confined bool
+	// Network is the podman network to join; empty means the host's (RunFlags).
+	Network string
 	// Flags are extra `podman run` flags; Command replaces the image's command.
 	Flags   []string
 	Command []string
@@ -127,8 +139,8 @@ var Confinement = []string{"--cap-drop=ALL", "--security-opt", "no-new-privilege
 // EnvVar is one environment variable.
 type EnvVar struct{ Name, Value string }
 
-// RunArgs are the `podman run` arguments for s (RunFlags and pulling over plain HTTP from a
-// registry on 127.0.0.1 included).
+// RunArgs are the `podman run` arguments for s (its network or RunFlags, and pulling over plain
+// HTTP from a registry on 127.0.0.1, included).
 func RunArgs(s Spec) []string {
 	args := []string{"run", "--name", s.Name}
 	if s.Detach {
@@ -137,7 +149,11 @@ func RunArgs(s Spec) []string {
 	if s.Remove {
 		args = append(args, "--rm")
 	}
-	args = append(args, RunFlags...)
+	if s.Network != "" {
+		args = append(append(args, "--network", s.Network), Ulimits...)
+	} else {
+		args = append(args, RunFlags...)
+	}
 	args = append(args, "--tls-verify=false")
 	if s.MemoryMB > 0 {
 		args = append(args, "--memory", fmt.Sprintf("%dm", s.MemoryMB))
@@ -177,9 +193,10 @@ func (c *Client) Start(ctx context.Context, s Spec) (string, error) {
 
 // Container is one entry of List.
 type Container struct {
-	Name   string
-	State  string // running, exited, created, …
-	Labels map[string]string
+	Name     string
+	State    string // running, exited, created, …
+	Labels   map[string]string
+	Networks []string // the podman networks it joined (none: the host's)
 }
 
 // List returns the containers that carry label key=value.
@@ -189,9 +206,10 @@ func (c *Client) List(ctx context.Context, key, value string) ([]Container, erro
 		return nil, err
 	}
 	var raw []struct {
-		Names  []string
-		State  string
-		Labels map[string]string
+		Names    []string
+		State    string
+		Labels   map[string]string
+		Networks []string
 	}
 	if err := json.Unmarshal([]byte(out), &raw); err != nil {
 		return nil, fmt.Errorf("podman ps: %w", err)
@@ -199,7 +217,7 @@ func (c *Client) List(ctx context.Context, key, value string) ([]Container, erro
 	cs := make([]Container, 0, len(raw))
 	for _, r := range raw {
 		if len(r.Names) > 0 {
-			cs = append(cs, Container{Name: r.Names[0], State: r.State, Labels: r.Labels})
+			cs = append(cs, Container{Name: r.Names[0], State: r.State, Labels: r.Labels, Networks: r.Networks})
 		}
 	}
 	return cs, nil
@@ -242,4 +260,21 @@ func LastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// IP is container name's address on network.
+func (c *Client) IP(ctx context.Context, name, network string) (netip.Addr, error) {
+	out, err := c.Run(ctx, "inspect", "--type", "container", "--format", "{{json .NetworkSettings.Networks}}", name)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	var nets map[string]struct{ IPAddress string }
+	if err := json.Unmarshal([]byte(out), &nets); err != nil {
+		return netip.Addr{}, fmt.Errorf("podman inspect %s: %w", name, err)
+	}
+	n, ok := nets[network]
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("container %s is not on network %s", name, network)
+	}
+	return netip.ParseAddr(n.IPAddress)
 }

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,6 +40,9 @@ var legacyLabels = map[string]string{
 type Instance struct {
 	Name string
 	URL  *url.URL
+	// hostNetwork: an earlier version's container on the host's network, served until its
+	// replacement on the instance's network is up.
+	hostNetwork bool
 }
 
 // Runner runs this sless up's containers.
@@ -45,14 +50,16 @@ type Runner struct {
 	pm       *podman.Client
 	instance string
 	dataDir  string
+	network  string
 
 	mu     sync.RWMutex
 	routes map[string]*Instance // "ns/name" -> serving container
 }
 
-// New runs containers with pm, labelled with instance; job results go under dataDir.
-func New(pm *podman.Client, instance, dataDir string) *Runner {
-	return &Runner{pm: pm, instance: instance, dataDir: dataDir, routes: map[string]*Instance{}}
+// New runs containers with pm on network (the instance's own: local/network), labelled with
+// instance; job results go under dataDir.
+func New(pm *podman.Client, instance, dataDir, network string) *Runner {
+	return &Runner{pm: pm, instance: instance, dataDir: dataDir, network: network, routes: map[string]*Instance{}}
 }
 
 var _ api.Resolver = (*Runner)(nil)
@@ -119,21 +126,21 @@ type Function struct {
 	MemoryMB        int
 }
 
-func (f Function) instance(port int) runspec.Instance {
-	// Host networking: every container shares the host's addresses, so each listens on its own
-	// port on the loopback only.
-	return runspec.Instance{EnvVars: f.Env, TimeoutSec: f.TimeoutSec, Port: port, Host: "127.0.0.1"}
+func (f Function) instance() runspec.Instance {
+	// A network namespace of its own: the runtime's defaults (every interface, runspec.Port);
+	// /fn/ reaches it on its container address.
+	return runspec.Instance{EnvVars: f.Env, TimeoutSec: f.TimeoutSec}
 }
 
 // ContainerName is sless-<ns>-<name>-<digest12>-<config6>: an update (new digest) or a new run
-// configuration (env vars, timeout, memory) starts a container beside the old one. The port is
-// not part of it: a container keeps its name across restarts of sless up, which adopt it.
-func ContainerName(f Function) string {
+// configuration (env vars, timeout, memory, network) starts a container beside the old one. A
+// container keeps its name across restarts of sless up, which adopt it.
+func (r *Runner) ContainerName(f Function) string {
 	_, digest, _ := strings.Cut(f.Image, "@sha256:")
 	h := sha256.New()
 	fmt.Fprintf(h, "memory=%d\n", f.MemoryMB)
-	env := f.instance(0)
-	vars := runspec.Env(env)
+	fmt.Fprintf(h, "network=%s\n", r.network)
+	vars := runspec.Env(f.instance())
 	sort.Slice(vars, func(i, j int) bool { return vars[i].Name < vars[j].Name })
 	for _, v := range vars {
 		if v.Name != runspec.EnvPort {
@@ -192,12 +199,15 @@ func (r *Runner) remove(ctx context.Context, name string, grace int) error {
 }
 
 // CleanEnv removes the private variables of containers that are gone (keep: the names that run).
+// Those written in the last minute stay: the controller, already at work, may be starting their
+// container right now.
 func (r *Runner) CleanEnv(keep map[string]bool) {
 	entries, _ := os.ReadDir(filepath.Join(r.dataDir, "env"))
 	for _, e := range entries {
-		if !keep[e.Name()] {
-			os.RemoveAll(filepath.Join(r.dataDir, "env", e.Name()))
+		if info, err := e.Info(); keep[e.Name()] || (err == nil && time.Since(info.ModTime()) < time.Minute) {
+			continue
 		}
+		os.RemoveAll(filepath.Join(r.dataDir, "env", e.Name()))
 	}
 }
 
@@ -208,26 +218,28 @@ func (r *Runner) Remove(ctx context.Context, name string, grace int) error {
 
 // Serve runs (or adopts) the function's container and waits until its health check answers. It
 // does not switch /fn/ to it (Switch does).
-func (r *Runner) Serve(ctx context.Context, f Function, port int) (*Instance, error) {
-	cname := ContainerName(f)
+func (r *Runner) Serve(ctx context.Context, f Function) (*Instance, error) {
+	cname := r.ContainerName(f)
 	if inst := r.adopt(ctx, cname); inst != nil {
 		return inst, nil
 	}
-	r.remove(ctx, cname, 5) // a stopped leftover of the same name
+	r.remove(ctx, cname, 5) // a stopped leftover of the same name, or one on another network
 	labels := map[string]string{runspec.LabelInstance: r.instance, runspec.LabelNamespace: f.Namespace, runspec.LabelFunction: f.Name,
-		runspec.LabelPort: strconv.Itoa(port), runspec.LabelRole: string(runspec.RoleFunction)}
-	env, volume, err := r.environment(cname, runspec.Env(f.instance(port)))
+		runspec.LabelPort: strconv.Itoa(runspec.Port), runspec.LabelRole: string(runspec.RoleFunction)}
+	env, volume, err := r.environment(cname, runspec.Env(f.instance()))
 	if err != nil {
 		return nil, err
 	}
 	if _, err := r.pm.Start(ctx, podman.Spec{Name: cname, Image: f.Image, Labels: labels, Env: env, Volumes: []string{volume},
-		Detach: true, MemoryMB: f.MemoryMB, Confined: true}); err != nil {
+		Detach: true, MemoryMB: f.MemoryMB, Confined: true, Network: r.network}); err != nil {
 		os.RemoveAll(r.envDir(cname))
 		return nil, fmt.Errorf("starting the container: %w", err)
 	}
-	u, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(port))
-	inst := &Instance{Name: cname, URL: u}
-	if err := r.waitHealthy(ctx, inst); err != nil {
+	inst, err := r.instanceOf(ctx, cname, runspec.Port)
+	if err == nil {
+		err = r.waitHealthy(ctx, inst)
+	}
+	if err != nil {
 		stdout, stderr := r.pm.Logs(ctx, cname, 20)
 		r.remove(context.WithoutCancel(ctx), cname, 5)
 		return nil, fmt.Errorf("%v; last output:\n%s", err, strings.TrimSpace(podman.LastLines(stderr+stdout, 15)))
@@ -238,17 +250,54 @@ func (r *Runner) Serve(ctx context.Context, f Function, port int) (*Instance, er
 // Adopt routes /fn/ to f's container if one of this name runs and answers its health check (after
 // a restart of sless up, before the platform reports ready), and reports whether it did.
 func (r *Runner) Adopt(ctx context.Context, f Function) bool {
-	inst := r.adopt(ctx, ContainerName(f))
+	inst := r.adopt(ctx, r.ContainerName(f))
+	if inst == nil {
+		inst = r.adoptHostNetwork(ctx, f)
+	}
 	if inst != nil {
 		r.Switch(f.Namespace, f.Name, inst)
 	}
 	return inst != nil
 }
 
+// adoptHostNetwork serves f, for now, from a container an earlier version started on the host's
+// network (on 127.0.0.1:<port>): Current is false for it, so the controller starts f's container
+// on the instance's network beside it and switches without a failed request.
+func (r *Runner) adoptHostNetwork(ctx context.Context, f Function) *Instance {
+	cs, err := r.List(ctx)
+	if err != nil {
+		return nil
+	}
+	for _, c := range cs {
+		if c.State != "running" || len(c.Networks) > 0 || c.Labels[runspec.LabelRole] != string(runspec.RoleFunction) ||
+			c.Labels[runspec.LabelNamespace] != f.Namespace || c.Labels[runspec.LabelFunction] != f.Name {
+			continue
+		}
+		port, err := strconv.Atoi(c.Labels[runspec.LabelPort])
+		if err != nil {
+			continue
+		}
+		inst := &Instance{Name: c.Name, URL: &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port)}, hostNetwork: true}
+		if r.waitHealthy(ctx, inst) != nil {
+			continue
+		}
+		// Its replacement takes the name.
+		if c.Name == r.ContainerName(f) {
+			inst.Name = c.Name + "-hostnet"
+			if _, err := r.pm.Run(ctx, "rename", c.Name, inst.Name); err != nil {
+				return nil
+			}
+			os.Rename(r.envDir(c.Name), r.envDir(inst.Name))
+		}
+		return inst
+	}
+	return nil
+}
+
 // Current reports whether f's container is the one /fn/ routes to and still runs.
 func (r *Runner) Current(ctx context.Context, f Function) bool {
 	cur := r.Route(f.Namespace, f.Name)
-	if cur == nil || cur.Name != ContainerName(f) {
+	if cur == nil || cur.hostNetwork || cur.Name != r.ContainerName(f) {
 		return false
 	}
 	st, err := r.pm.State(ctx, cur.Name)
@@ -263,18 +312,30 @@ func (r *Runner) adopt(ctx context.Context, cname string) *Instance {
 		return nil
 	}
 	for _, c := range cs {
-		if c.Name == cname && c.State == "running" {
-			u, err := url.Parse("http://127.0.0.1:" + c.Labels[runspec.LabelPort])
+		if c.Name == cname && c.State == "running" && slices.Contains(c.Networks, r.network) {
+			port, err := strconv.Atoi(c.Labels[runspec.LabelPort])
 			if err != nil {
 				return nil
 			}
-			inst := &Instance{Name: cname, URL: u}
+			inst, err := r.instanceOf(ctx, cname, port)
+			if err != nil {
+				return nil
+			}
 			if r.waitHealthy(ctx, inst) == nil {
 				return inst
 			}
 		}
 	}
 	return nil
+}
+
+// instanceOf is container cname as /fn/ reaches it: its address on the runner's network.
+func (r *Runner) instanceOf(ctx context.Context, cname string, port int) (*Instance, error) {
+	ip, err := r.pm.IP(ctx, cname, r.network)
+	if err != nil {
+		return nil, err
+	}
+	return &Instance{Name: cname, URL: &url.URL{Scheme: "http", Host: netip.AddrPortFrom(ip, uint16(port)).String()}}, nil
 }
 
 var healthClient = &http.Client{Timeout: 2 * time.Second}
@@ -376,13 +437,13 @@ func (r *Runner) RunOnce(ctx context.Context, run Run) Outcome {
 	if run.Job != "" {
 		labels[runspec.LabelJob] = run.Job
 	}
-	env, volume, err := r.environment(run.Container, append(runspec.JobEnv(run.Function.instance(0), run.Event),
+	env, volume, err := r.environment(run.Container, append(runspec.JobEnv(run.Function.instance(), run.Event),
 		runspec.EnvVar{Name: runspec.EnvTerminationLog, Value: "/run/sless/result"}))
 	if err != nil {
 		return Outcome{Message: err.Error()}
 	}
 	spec := podman.Spec{Name: run.Container, Image: run.Function.Image, Labels: labels, Env: env, Detach: true,
-		MemoryMB: run.Function.MemoryMB, Volumes: []string{resultDir + ":/run/sless", volume}, Confined: true}
+		MemoryMB: run.Function.MemoryMB, Volumes: []string{resultDir + ":/run/sless", volume}, Confined: true, Network: r.network}
 	if _, err := r.pm.Start(context.WithoutCancel(ctx), spec); err != nil {
 		os.RemoveAll(r.envDir(run.Container))
 		return Outcome{Message: err.Error()}

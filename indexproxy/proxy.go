@@ -1,0 +1,209 @@
+package indexproxy
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Proxy forwards installers' requests to allowed hosts only.
+type Proxy struct {
+	allowed   map[string]string // host:port → "Basic …" ("" for no credentials)
+	transport *http.Transport
+	log       *slog.Logger
+	dialer    net.Dialer
+}
+
+// New allows the hosts of indexURLs (their credentials, if any, are added upstream) and the
+// extra hosts (host or host:port; https assumed without a port).
+func New(indexURLs, extraHosts []string, log *slog.Logger) (*Proxy, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Proxy{allowed: map[string]string{}, log: log,
+		// Never through another proxy from the environment; no redirects are followed (a
+		// Transport, not a Client): a redirect goes back to the installer, which asks again.
+		transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second,
+			ResponseHeaderTimeout: time.Minute, TLSHandshakeTimeout: 10 * time.Second}}
+	for _, raw := range indexURLs {
+		if raw == "" {
+			continue
+		}
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("index URL %q: want http(s)://host[:port]/path", Sanitize(raw))
+		}
+		auth := ""
+		if u.User != nil {
+			pw, _ := u.User.Password()
+			auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pw))
+		}
+		p.allowed[hostPort(u.Host, u.Scheme)] = auth
+	}
+	for _, h := range extraHosts {
+		if h = strings.TrimSpace(h); h != "" {
+			if _, ok := p.allowed[hostPort(h, "https")]; !ok {
+				p.allowed[hostPort(h, "https")] = ""
+			}
+		}
+	}
+	return p, nil
+}
+
+// Sanitize is raw without its credentials: what an installer is given.
+func Sanitize(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	u.User = nil
+	return u.String()
+}
+
+// Allowed lists the allowed host:port pairs.
+func (p *Proxy) Allowed() []string {
+	out := make([]string, 0, len(p.allowed))
+	for h := range p.allowed {
+		out = append(out, h)
+	}
+	return out
+}
+
+func hostPort(host, scheme string) string {
+	host = strings.ToLower(host)
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	if scheme == "http" {
+		return net.JoinHostPort(strings.Trim(host, "[]"), "80")
+	}
+	return net.JoinHostPort(strings.Trim(host, "[]"), "443")
+}
+
+// hopHeaders are connection-level, never forwarded (RFC 9110 §7.6.1), plus the installer's own
+// proxy and origin credentials: only the proxy's go upstream.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect {
+		p.tunnel(w, r)
+		return
+	}
+	if !r.URL.IsAbs() || r.URL.Scheme != "http" {
+		http.Error(w, "sless index proxy: only absolute http:// requests and CONNECT", http.StatusBadRequest)
+		return
+	}
+	target := hostPort(r.URL.Host, "http")
+	auth, ok := p.allowed[target]
+	if !ok {
+		p.log.Info("index proxy: refused", "host", target)
+		http.Error(w, "sless index proxy: "+target+" is not a configured package index", http.StatusForbidden)
+		return
+	}
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	for _, h := range hopHeaders {
+		out.Header.Del(h)
+	}
+	out.Header.Del("Authorization")
+	if auth != "" {
+		out.Header.Set("Authorization", auth)
+	}
+	resp, err := p.transport.RoundTrip(out)
+	if err != nil {
+		http.Error(w, "sless index proxy: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	for _, h := range hopHeaders {
+		resp.Header.Del(h)
+	}
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+}
+
+// tunnel serves CONNECT to an allowed host: TLS end to end, so no credential can be added.
+func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
+	target := hostPort(r.Host, "https")
+	if _, ok := p.allowed[target]; !ok {
+		p.log.Info("index proxy: refused", "host", target)
+		http.Error(w, "sless index proxy: "+target+" is not a configured package index", http.StatusForbidden)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	up, err := p.dialer.DialContext(ctx, "tcp", target)
+	cancel()
+	if err != nil {
+		http.Error(w, "sless index proxy: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	rc := http.NewResponseController(w)
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		up.Close()
+		return
+	}
+	conn, buf, err := rc.Hijack()
+	if err != nil {
+		up.Close()
+		return
+	}
+	var once sync.Once
+	closeBoth := func() { once.Do(func() { conn.Close(); up.Close() }) }
+	go func() {
+		defer closeBoth()
+		if n := buf.Reader.Buffered(); n > 0 { // bytes the client sent after its CONNECT
+			b, _ := buf.Reader.Peek(n)
+			if _, err := up.Write(b); err != nil {
+				return
+			}
+		}
+		io.Copy(up, conn)
+	}()
+	io.Copy(conn, up)
+	closeBoth()
+}
+
+// Server is a running proxy.
+type Server struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// Listen serves p on addr ("10.89.3.129:0") until Close.
+func Listen(addr string, p *Proxy) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("index proxy: %w", err)
+	}
+	s := &Server{ln: ln, srv: &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}}
+	go s.srv.Serve(ln)
+	return s, nil
+}
+
+// Addr is the listener's host:port.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops the proxy (tunnels already open end with their connections).
+func (s *Server) Close() error {
+	err := s.srv.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}

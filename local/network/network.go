@@ -1,0 +1,282 @@
+package network
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// DefaultPool is where an instance's /24 is picked from.
+var DefaultPool = netip.MustParsePrefix("10.89.0.0/16")
+
+// Net is one bridge network.
+type Net struct {
+	Name    string // podman's network name
+	Bridge  string // the Linux bridge
+	Subnet  netip.Prefix
+	Gateway netip.Addr // the host's address on the bridge
+}
+
+// Networks are an instance's two networks and its firewall chain.
+type Networks struct {
+	// Functions carries function, job and cron containers; Deps dependency installs.
+	Functions, Deps Net
+	confDir         string
+	chain           string
+	subnet          netip.Prefix // both networks: the /24 the chain guards
+}
+
+// ConfDir is podman's network_config_dir for this instance (containers.conf [network]).
+func ConfDir(dataDir string) string { return filepath.Join(dataDir, "cni") }
+
+// Plan names the instance's networks: the subnet recorded in dataDir by an earlier run, else the
+// one asked for, else a free /24 of DefaultPool (starting at one derived from the instance, so
+// two instances rarely try the same). Functions get its lower half, installs its upper half.
+func Plan(instance, dataDir string, want netip.Prefix) (*Networks, error) {
+	dir := ConfDir(dataDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	record := filepath.Join(dir, "subnet")
+	var subnet netip.Prefix
+	if b, err := os.ReadFile(record); err == nil {
+		p, err := netip.ParsePrefix(strings.TrimSpace(string(b)))
+		if err != nil {
+			return nil, fmt.Errorf("network: %s: %w", record, err)
+		}
+		if want.IsValid() && want != p {
+			return nil, fmt.Errorf("network: this data dir's containers use %s; remove them (sless down) before choosing %s", p, want)
+		}
+		subnet = p
+	} else {
+		used, err := usedPrefixes()
+		if err != nil {
+			return nil, err
+		}
+		if want.IsValid() {
+			if want.Bits() != 24 || !want.Addr().Is4() {
+				return nil, fmt.Errorf("network: the subnet must be an IPv4 /24, not %s", want)
+			}
+			if p, ok := overlaps(want.Masked(), used); ok {
+				return nil, fmt.Errorf("network: %s overlaps %s, already routed on this machine", want, p)
+			}
+			subnet = want.Masked()
+		} else if subnet, err = pick(instance, used); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(record, []byte(subnet.String()+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	a := subnet.Addr().As4()
+	half := func(off byte) netip.Prefix { a[3] = off; return netip.PrefixFrom(netip.AddrFrom4(a), 25) }
+	gw := func(p netip.Prefix) netip.Addr { return p.Addr().Next() }
+	fn, dp := half(0), half(128)
+	tag := instance[:min(10, len(instance))]
+	return &Networks{
+		Functions: Net{Name: "sless-" + instance, Bridge: "slf" + tag, Subnet: fn, Gateway: gw(fn)},
+		Deps:      Net{Name: "sless-" + instance + "-deps", Bridge: "sld" + tag, Subnet: dp, Gateway: gw(dp)},
+		confDir:   dir, chain: "SLESS-" + strings.ToUpper(instance[:min(12, len(instance))]), subnet: subnet,
+	}, nil
+}
+
+// pick finds a free /24 in DefaultPool.
+func pick(instance string, used []netip.Prefix) (netip.Prefix, error) {
+	sum := sha256.Sum256([]byte(instance))
+	base := DefaultPool.Addr().As4()
+	for i := range 256 {
+		a := base
+		a[2] = sum[0] + byte(i)
+		p := netip.PrefixFrom(netip.AddrFrom4(a), 24)
+		if _, ok := overlaps(p, used); !ok {
+			return p, nil
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("network: no free /24 in %s; give one with --subnet", DefaultPool)
+}
+
+func overlaps(p netip.Prefix, used []netip.Prefix) (netip.Prefix, bool) {
+	for _, u := range used {
+		if u.Overlaps(p) {
+			return u, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+// usedPrefixes are the machine's routes and addresses (the default route excluded).
+func usedPrefixes() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	routes, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
+	if err != nil {
+		return nil, fmt.Errorf("network: ip route: %w", err)
+	}
+	for _, line := range strings.Split(string(routes), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		dst := f[0]
+		if dst == "broadcast" || dst == "local" || dst == "unicast" {
+			if len(f) < 2 {
+				continue
+			}
+			dst = f[1]
+		}
+		if dst == "default" {
+			continue
+		}
+		if !strings.Contains(dst, "/") {
+			dst += "/32"
+		}
+		if p, err := netip.ParsePrefix(dst); err == nil && p.Bits() > 0 {
+			out = append(out, p.Masked())
+		}
+	}
+	return out, nil
+}
+
+// conflist is the CNI configuration podman reads for n (its CNI backend).
+func (n Net) conflist(ipamDir string) ([]byte, error) {
+	return json.MarshalIndent(map[string]any{
+		"cniVersion": "0.4.0",
+		"name":       n.Name,
+		"plugins": []any{
+			map[string]any{"type": "bridge", "bridge": n.Bridge, "isGateway": true, "ipMasq": true, "hairpinMode": false,
+				"ipam": map[string]any{"type": "host-local", "dataDir": ipamDir, "routes": []any{map[string]string{"dst": "0.0.0.0/0"}},
+					"ranges": [][]map[string]string{{{"subnet": n.Subnet.String(), "gateway": n.Gateway.String()}}}}},
+			// Accepts the networks' traffic where FORWARD's policy drops; the confinement is
+			// decided earlier, in mangle PREROUTING (Confine).
+			map[string]any{"type": "firewall"},
+		},
+	}, "", "  ")
+}
+
+// Create writes both networks' CNI configuration and brings their bridges up with the gateway
+// addresses (before any container: the index proxy listens on the deps gateway). It makes
+// bridged traffic pass iptables (br_netfilter), without which containers on one bridge would
+// reach each other.
+func (n *Networks) Create(ctx context.Context) error {
+	if err := bridgeNetfilter(); err != nil {
+		return err
+	}
+	for _, net := range []Net{n.Functions, n.Deps} {
+		b, err := net.conflist(filepath.Join(n.confDir, "ipam"))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(n.confDir, net.Name+".conflist"), b, 0o600); err != nil {
+			return err
+		}
+		if err := run(ctx, "ip", "link", "show", net.Bridge); err != nil {
+			if err := run(ctx, "ip", "link", "add", "name", net.Bridge, "type", "bridge"); err != nil {
+				return err
+			}
+		}
+		addr := netip.PrefixFrom(net.Gateway, net.Subnet.Bits()).String()
+		if out, _ := exec.CommandContext(ctx, "ip", "-4", "-o", "addr", "show", "dev", net.Bridge).Output(); !bytes.Contains(out, []byte(" "+addr+" ")) {
+			if err := run(ctx, "ip", "addr", "add", addr, "dev", net.Bridge); err != nil {
+				return err
+			}
+		}
+		if err := run(ctx, "ip", "link", "set", net.Bridge, "up"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func bridgeNetfilter() error {
+	const knob = "/proc/sys/net/bridge/bridge-nf-call-iptables"
+	if _, err := os.Stat(knob); err != nil {
+		exec.Command("modprobe", "br_netfilter").Run()
+	}
+	b, err := os.ReadFile(knob)
+	if err != nil {
+		return fmt.Errorf("network: br_netfilter is needed to keep containers on one bridge apart (modprobe br_netfilter): %w", err)
+	}
+	if strings.TrimSpace(string(b)) != "1" {
+		return os.WriteFile(knob, []byte("1"), 0o644)
+	}
+	return nil
+}
+
+// Confine installs (or refreshes) the instance's chain in mangle PREROUTING, where nothing of
+// kube-proxy's or CNI's can accept a packet first and DNAT (a NodePort, a published port) has
+// not yet hidden that it was addressed to the host. Only new connections are judged: replies to
+// what the host opened (/fn/ → a function) pass. proxyPort is the index proxy's port on the deps
+// gateway, the one host service installs may reach.
+func (n *Networks) Confine(ctx context.Context, proxyPort int) error {
+	ipt := func(args ...string) error {
+		return run(ctx, "iptables", append([]string{"-w", "-t", "mangle"}, args...)...)
+	}
+	if ipt("-N", n.chain) != nil {
+		if err := ipt("-F", n.chain); err != nil {
+			return err
+		}
+	}
+	drop := func(args ...string) []string { return append(args, "-j", "DROP") }
+	rules := [][]string{
+		{"-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"},
+	}
+	if proxyPort > 0 {
+		rules = append(rules, []string{"-s", n.Deps.Subnet.String(), "-d", n.Deps.Gateway.String(), "-p", "tcp", "--dport", strconv.Itoa(proxyPort), "-j", "RETURN"})
+	}
+	rules = append(rules,
+		drop("-m", "addrtype", "--dst-type", "LOCAL"),     // any address of the host
+		drop("-d", n.subnet.String()),                     // another container, either network
+		drop("-d", "169.254.0.0/16"),                      // link-local: cloud metadata
+		drop("-s", n.Deps.Subnet.String()),                // installs: nothing but the proxy
+		drop("-d", "224.0.0.0/4"),                         // multicast
+		drop("-m", "addrtype", "--dst-type", "BROADCAST"), // nor the bridge's broadcast
+	)
+	for _, r := range rules {
+		if err := ipt(append([]string{"-A", n.chain}, r...)...); err != nil {
+			return err
+		}
+	}
+	jump := []string{"PREROUTING", "-s", n.subnet.String(), "-j", n.chain}
+	if ipt(append([]string{"-C"}, jump...)...) != nil {
+		return ipt(append([]string{"-I", jump[0], "1"}, jump[1:]...)...)
+	}
+	return nil
+}
+
+// Remove undoes Create and Confine: the chain, the bridges, the configuration.
+func (n *Networks) Remove(ctx context.Context) error {
+	ipt := func(args ...string) error {
+		return run(ctx, "iptables", append([]string{"-w", "-t", "mangle"}, args...)...)
+	}
+	for ipt("-D", "PREROUTING", "-s", n.subnet.String(), "-j", n.chain) == nil {
+	}
+	var errs []error
+	if ipt("-L", n.chain, "-n") == nil {
+		errs = append(errs, ipt("-F", n.chain), ipt("-X", n.chain))
+	}
+	for _, net := range []Net{n.Functions, n.Deps} {
+		if run(ctx, "ip", "link", "show", net.Bridge) == nil {
+			errs = append(errs, run(ctx, "ip", "link", "del", net.Bridge))
+		}
+		os.Remove(filepath.Join(n.confDir, net.Name+".conflist"))
+	}
+	os.RemoveAll(filepath.Join(n.confDir, "ipam"))
+	os.Remove(filepath.Join(n.confDir, "subnet"))
+	return errors.Join(errs...)
+}
+
+func run(ctx context.Context, name string, args ...string) error {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
