@@ -1,0 +1,303 @@
+package local_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/api/client"
+	"github.com/sless-dev/sless/internal/testenv"
+)
+
+// pyProbe and jsProbe fetch every target of the event (a job's "targets", or /fn/'s ?t=JSON) and
+// answer the HTTP status each gave, or "unreachable" when none came within 1.5 s.
+const pyProbe = `import concurrent.futures, json, urllib.request, urllib.error
+def probe(url):
+    try:
+        return urllib.request.urlopen(url, timeout=1.5).status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except Exception:
+        return 'unreachable'
+def handle(event):
+    targets = event.get('targets') or json.loads(event['query']['t'][0])
+    with concurrent.futures.ThreadPoolExecutor(len(targets)) as ex:
+        return dict(zip(targets, ex.map(probe, targets.values())))
+`
+
+const jsProbe = `const http = require('http');
+const probe = (url) => new Promise((res) => {
+  const req = http.get(url, { timeout: 1500 }, (r) => { r.resume(); res(r.statusCode); });
+  req.on('timeout', () => { req.destroy(); res('unreachable'); });
+  req.on('error', () => res('unreachable'));
+});
+exports.handle = async (event) => {
+  const targets = event.targets || JSON.parse(event.query.t[0]);
+  const keys = Object.keys(targets);
+  const got = await Promise.all(keys.map((k) => probe(targets[k])));
+  return Object.fromEntries(keys.map((k, i) => [k, got[i]]));
+};
+`
+
+// depsAttack runs in an npm preinstall script (a tenant-scoped install, so scripts run): it probes
+// what it is given, asks the index proxy for the configured registry (whose credential only the
+// proxy holds), looks for that credential everywhere it could read, prints one ATTACK line and
+// fails the install so the result shows in the Function's status.
+const depsAttack = `
+const http = require('http'), fs = require('fs'), path = require('path');
+const t = require('./package.json').targets;
+const probe = (url) => new Promise((res) => {
+  const req = http.get(url, { timeout: 1500 }, (r) => { r.resume(); res(r.statusCode); });
+  req.on('timeout', () => { req.destroy(); res('unreachable'); });
+  req.on('error', () => res('unreachable'));
+});
+const viaProxy = (url) => new Promise((res) => {
+  const p = new URL(process.env.HTTP_PROXY);
+  const req = http.get({ host: p.hostname, port: p.port, path: url, timeout: 1500 }, (r) => { r.resume(); res(r.statusCode); });
+  req.on('timeout', () => { req.destroy(); res('unreachable'); });
+  req.on('error', () => res('unreachable'));
+});
+const leaks = [];
+const secret = t.secret.join(''); // in halves: package.json itself must not hold it
+const look = (where, s) => { if (String(s).includes(secret)) leaks.push(where); };
+look('env', JSON.stringify(process.env));
+for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+  for (const f of ['cmdline', 'environ']) { try { look(pid + '/' + f, fs.readFileSync('/proc/' + pid + '/' + f)); } catch (e) {} }
+}
+const walk = (d, depth) => { let es = []; try { es = fs.readdirSync(d, { withFileTypes: true }); } catch (e) { return; }
+  for (const e of es) { const p = path.join(d, e.name);
+    if (e.isDirectory() && depth < 3 && !['proc', 'sys', 'dev', 'usr', 'lib', 'bin', 'sbin', 'node_modules'].includes(e.name)) walk(p, depth + 1);
+    else if (e.isFile()) { try { look(p, fs.readFileSync(p)); } catch (e) {} } } };
+walk('/', 0);
+(async () => {
+  const out = { leaks };
+  const keys = Object.keys(t.probe);
+  (await Promise.all(keys.map((k) => probe(t.probe[k])))).forEach((v, i) => { out[keys[i]] = v; });
+  out.proxy_registry = await viaProxy(t.registry);
+  out.proxy_other = await viaProxy(t.other);
+  console.log('ATTACK ' + JSON.stringify(out));
+  process.exit(1);
+})();
+`
+
+// TestContainment runs the attacks of a tenant's code on the single host: from a python and a
+// node function, from a job and from a dependency install. Every attempt on the host, another
+// tenant or the metadata stand-in fails; the outside stays reachable.
+func TestContainment(t *testing.T) {
+	outside := testenv.StartOutside(t)
+	// The canary: a host service on every address (0.0.0.0).
+	canaryLn, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var canaryHits atomic.Int64
+	go http.Serve(canaryLn, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { canaryHits.Add(1) }))
+	t.Cleanup(func() { canaryLn.Close() })
+	canaryPort := canaryLn.Addr().(*net.TCPAddr).Port
+
+	// A package registry on the host's loopback that wants a credential only sless up holds.
+	const secret = "TOPSECRET-index-credential"
+	var registryAuthed atomic.Int64
+	reg := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); ok && u == "ci" && p == secret {
+			registryAuthed.Add(1)
+			fmt.Fprint(w, "{}")
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	})}
+	regLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go reg.Serve(regLn)
+	t.Cleanup(func() { reg.Close() })
+	npmRegistry := "http://ci:" + secret + "@" + regLn.Addr().String() + "/"
+
+	u := startUpWith(t, "--npm-registry", npmRegistry)
+	ctx := context.Background()
+	b, err := os.ReadFile(filepath.Join(u.dataDir, "cni", "subnet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subnet := netip.MustParsePrefix(strings.TrimSpace(string(b)))
+	fnGW, depsGW := subnet.Addr().Next(), subnet.Addr()
+	for range 129 {
+		depsGW = depsGW.Next()
+	}
+	if !strings.HasPrefix(subnet.String(), "10.89.") {
+		t.Errorf("the instance's subnet is %s, want one of 10.89.0.0/16", subnet)
+	}
+
+	// The victim: another tenant's function.
+	victimToken, _ := auth.IssueHS256(devSecret(t, u), "victim@example.com", time.Hour)
+	victim, err := client.New(u.url, victimToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := victim.EnsureNamespace(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := victim.CreateFunction(ctx, apiv1.Function{Name: "v", Runtime: "python3.11"}); err != nil {
+		t.Fatal(err)
+	}
+	z := testenv.Zip(map[string]string{"handler.py": "def handle(e):\n    return 'victim'\n"})
+	if _, err := victim.Upload(ctx, "v", strings.NewReader(string(z)), int64(len(z))); err != nil {
+		t.Fatal(err)
+	}
+	var before *apiv1.Function
+	waitFor(t, 60*time.Second, func() bool {
+		before, _ = victim.GetFunction(ctx, "v")
+		return before != nil && before.Status.Phase == apiv1.PhaseReady
+	}, "the victim Ready")
+	podman := testenv.NewPodman(t)
+	vname := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "ps", "--filter", "label=sless.dev/namespace="+victim.Namespace(), "--format", "{{.Names}}"))))
+	victimIP := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "inspect", vname, "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}"))))
+
+	_, apiPort, _ := net.SplitHostPort(u.Listen)
+	_, regPort, _ := net.SplitHostPort(u.RegAddr)
+	targets := map[string]string{
+		"canary_gateway":   fmt.Sprintf("http://%s:%d/", fnGW, canaryPort),
+		"canary_deps_gw":   fmt.Sprintf("http://%s:%d/", depsGW, canaryPort),
+		"canary_loopback":  fmt.Sprintf("http://127.0.0.1:%d/", canaryPort),
+		"api_gateway":      fmt.Sprintf("http://%s:%s/healthz", fnGW, apiPort),
+		"registry_gateway": fmt.Sprintf("http://%s:%s/v2/", fnGW, regPort),
+		"victim_direct":    "http://" + victimIP + ":8080/",
+		"metadata":         outside.MetadataURL + "/",
+		"outside":          outside.URL + "/",
+	}
+	for i, ip := range hostAddresses(t, subnet) {
+		targets[fmt.Sprintf("canary_host_%d", i)] = fmt.Sprintf("http://%s:%d/", ip, canaryPort)
+	}
+	tj, _ := json.Marshal(targets)
+	check := func(t *testing.T, what string, got map[string]any) {
+		t.Helper()
+		if len(got) != len(targets) {
+			t.Fatalf("%s: %v", what, got)
+		}
+		for k, v := range got {
+			want := any("unreachable")
+			if k == "outside" {
+				want = float64(200)
+			}
+			if v != want {
+				t.Errorf("%s → %s (%s): %v, want %v", what, k, targets[k], v, want)
+			}
+		}
+	}
+
+	for _, rt := range []struct{ name, runtime, file, code string }{
+		{"pyprobe", "python3.11", "handler.py", pyProbe}, {"jsprobe", "nodejs20", "handler.js", jsProbe},
+	} {
+		t.Run("from a "+rt.runtime+" function", func(t *testing.T) {
+			u.deploy(t, rt.name, rt.runtime, map[string]string{rt.file: rt.code})
+			code, body := u.get("/fn/" + u.c.Namespace() + "/" + rt.name + "?t=" + url.QueryEscape(string(tj)))
+			var got map[string]any
+			if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil {
+				t.Fatalf("%d %s", code, body)
+			}
+			check(t, rt.runtime+" function", got)
+		})
+	}
+
+	t.Run("from a job", func(t *testing.T) {
+		ev, _ := json.Marshal(map[string]any{"targets": targets})
+		if _, err := u.c.CreateJob(ctx, apiv1.Job{Name: "probe", FunctionRef: "pyprobe", EventJSON: string(ev), RunID: 1}); err != nil {
+			t.Fatal(err)
+		}
+		j := waitJob(t, u, "probe", 1)
+		var got map[string]any
+		if err := json.Unmarshal([]byte(j.Status.Message), &got); j.Status.Phase != apiv1.JobSucceeded || err != nil {
+			t.Fatalf("job %+v", j.Status)
+		}
+		check(t, "job", got)
+	})
+
+	t.Run("from a dependency install", func(t *testing.T) {
+		probes := map[string]string{}
+		for k, v := range targets {
+			probes[k] = v
+		}
+		delete(probes, "outside") // installs reach nothing but the proxy
+		probes["outside_direct"] = outside.URL + "/"
+		pkg, _ := json.Marshal(map[string]any{
+			"name": "attack", "version": "1.0.0",
+			"scripts": map[string]string{"preinstall": "node -e \"eval(require('./package.json').attack)\""},
+			"attack":  depsAttack,
+			"targets": map[string]any{"probe": probes, "secret": []string{secret[:6], secret[6:]}, "registry": "http://" + regLn.Addr().String() + "/", "other": fmt.Sprintf("http://127.0.0.1:%d/", canaryPort)},
+		})
+		f := u.deploy(t, "jsdeps", "nodejs20", map[string]string{"handler.js": "exports.handle = async () => 1\n", "package.json": string(pkg)})
+		_, line, ok := strings.Cut(f.Status.Message, "ATTACK ")
+		if f.Status.Phase != apiv1.PhaseFailed || !ok {
+			t.Fatalf("status %+v", f.Status)
+		}
+		line, _, _ = strings.Cut(line, "\n")
+		var got map[string]any
+		if err := json.Unmarshal([]byte(line), &got); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		if leaks, _ := got["leaks"].([]any); len(leaks) != 0 {
+			t.Errorf("the installer found the index credential in %v", leaks)
+		}
+		for k := range probes {
+			if got[k] != "unreachable" {
+				t.Errorf("install → %s (%s): %v, want unreachable", k, probes[k], got[k])
+			}
+		}
+		// The proxy reaches the configured registry with the credential it adds, and nothing else.
+		if got["proxy_registry"] != float64(200) || registryAuthed.Load() == 0 {
+			t.Errorf("the registry through the index proxy: %v (authenticated requests: %d)", got["proxy_registry"], registryAuthed.Load())
+		}
+		if got["proxy_other"] != float64(403) {
+			t.Errorf("another host through the index proxy: %v, want 403", got["proxy_other"])
+		}
+		if strings.Contains(f.Status.Message, secret) {
+			t.Error("the status shows the index credential")
+		}
+	})
+
+	if n := canaryHits.Load(); n != 0 {
+		t.Errorf("the host canary was reached %d times", n)
+	}
+	after, _ := victim.GetFunction(ctx, "v")
+	if after.Status.Image != before.Status.Image {
+		t.Errorf("the victim's image changed")
+	}
+	if code, body := (&up{SlessUp: u.SlessUp}).get("/fn/" + victim.Namespace() + "/v"); code != 200 || body != "victim" {
+		t.Errorf("the victim answers %d %s", code, body)
+	}
+}
+
+// hostAddresses are the host's own IPv4 addresses outside the instance's subnet (the node's
+// address, other bridges'): a service on 0.0.0.0 listens on each.
+func hostAddresses(t *testing.T, own netip.Prefix) []netip.Addr {
+	out, err := exec.Command("ip", "-4", "-o", "addr", "show", "scope", "global").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []netip.Addr
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 {
+			continue
+		}
+		p, err := netip.ParsePrefix(f[3])
+		if err == nil && !own.Contains(p.Addr()) {
+			addrs = append(addrs, p.Addr())
+		}
+	}
+	return addrs
+}
