@@ -269,6 +269,44 @@ func TestContainment(t *testing.T) {
 		}
 	})
 
+	// Each tenant's processes run as host users of its own range: one tenant's count against no
+	// other's nproc. A fork bomb is held by the container's pids limit; the neighbour serves on.
+	t.Run("tenants run as host users of their own", func(t *testing.T) {
+		hostUID := func(container string) int {
+			pid := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "inspect", container, "--format", "{{.State.Pid}}"))))
+			b, err := os.ReadFile("/proc/" + pid + "/status")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(l); len(f) > 1 && f[0] == "Uid:" {
+					var uid int
+					fmt.Sscan(f[1], &uid)
+					return uid
+				}
+			}
+			t.Fatalf("no Uid in /proc/%s/status", pid)
+			return 0
+		}
+		attacker := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "ps", "--filter", "label=sless.dev/function=pyprobe", "--format", "{{.Names}}"))))
+		va, aa := hostUID(vname), hostUID(attacker)
+		if va == aa || va < 1<<24 || aa < 1<<24 || va%65536 != 65532 || aa%65536 != 65532 {
+			t.Errorf("host uids: victim %d, attacker %d; want distinct ranges above %d, user 65532 in each", va, aa, 1<<24)
+		}
+		// Small processes (sleep), so the pids limit and not the memory limit ends it.
+		bomb := "import os\ndef handle(event):\n    n = 0\n    try:\n        while n < 5000:\n            os.posix_spawn('/bin/sleep', ['sleep', '30'], {})\n            n += 1\n    except OSError:\n        pass\n    return n\n"
+		u.deploy(t, "bomb", "python3.11", map[string]string{"handler.py": bomb})
+		code, body := u.get("/fn/" + u.c.Namespace() + "/bomb")
+		var n int
+		if err := json.Unmarshal([]byte(body), &n); code != 200 || err != nil || n >= 256 {
+			t.Errorf("fork bomb: %d %s, want fewer than 256 processes", code, body)
+		}
+		if code, body := u.get("/fn/" + victim.Namespace() + "/v"); code != 200 || body != "victim" {
+			t.Errorf("the victim during the fork bomb: %d %s", code, body)
+		}
+		t.Logf("fork bomb stopped at %d processes; victim host uid %d, attacker %d", n, va, aa)
+	})
+
 	if n := canaryHits.Load(); n != 0 {
 		t.Errorf("the host canary was reached %d times", n)
 	}

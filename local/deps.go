@@ -39,7 +39,14 @@ func (r *depsResolver) Resolve(ctx context.Context, s deps.Spec, in deps.Install
 	p := r.p
 	ctx, cancel := context.WithTimeout(ctx, depsTimeout)
 	defer cancel()
-	if err := os.Chown(outDir, runspec.UID, runspec.GID); err != nil { // the installer's only writable host dir
+	// In the tenant's uid range, as its functions: an install's processes count against no one
+	// else's limits. (A shared key is installed in the range of the tenant that asked first.)
+	base, err := p.db.UIDBase(s.Namespace)
+	if err != nil {
+		return err
+	}
+	hostID := int(base) + runspec.UID
+	if err := os.Chown(outDir, hostID, hostID); err != nil { // the installer's only writable host dir
 		return err
 	}
 	name := fmt.Sprintf("sless-deps-%s-%d", p.instance, r.runs.Add(1))
@@ -47,7 +54,7 @@ func (r *depsResolver) Resolve(ctx context.Context, s deps.Spec, in deps.Install
 		Labels:  map[string]string{runspec.LabelInstance: p.instance, runspec.LabelRole: string(runspec.RoleDeps)},
 		Volumes: []string{inDir + ":/in:ro", outDir + ":" + deps.OutDir}, Confined: true, MemoryMB: depsMemoryMB,
 		Flags:   []string{"--tmpfs", "/work:rw,nosuid,nodev,size=" + depsScratch + ",mode=1777"},
-		WorkDir: "/work", Command: in.Argv, Network: p.nets.Deps.Name, Env: []podman.EnvVar{{Name: "TMPDIR", Value: "/work"}}}
+		WorkDir: "/work", Command: in.Argv, Network: p.nets.Deps.Name, IDBase: base, Env: []podman.EnvVar{{Name: "TMPDIR", Value: "/work"}}}
 	proxy := "http://" + p.proxy.Addr()
 	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "npm_config_proxy", "npm_config_https_proxy"} {
 		spec.Env = append(spec.Env, podman.EnvVar{Name: k, Value: proxy})

@@ -143,7 +143,10 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 			s.Phase, s.Message = apiv1.PhaseReady, "stopped: disabled by trigger "+strings.Join(names, ", ")
 		})
 	}
-	f := runner.Function{Namespace: ns, Name: spec.Name, Image: image, Env: spec.EnvVars, TimeoutSec: spec.TimeoutSec, MemoryMB: spec.MemoryMB}
+	f, err := p.runnerFunction(ns, spec, image)
+	if err != nil {
+		return err
+	}
 	if !p.run.Current(ctx, f) {
 		inst, err := p.run.Serve(ctx, f)
 		if err != nil {
@@ -186,4 +189,13 @@ func ignoreNotFound(err error) error {
 		return nil // deleted meanwhile; the delete reconciles next
 	}
 	return err
+}
+
+// runnerFunction is what the runner runs for ns's function spec at image: in the tenant's own
+// range of host uids (allocated on its first container), so that one tenant's processes never
+// count against another's limits.
+func (p *Platform) runnerFunction(ns string, spec api.FunctionSpec, image string) (runner.Function, error) {
+	base, err := p.db.UIDBase(ns)
+	return runner.Function{Namespace: ns, Name: spec.Name, Image: image, Env: spec.EnvVars, TimeoutSec: spec.TimeoutSec,
+		MemoryMB: spec.MemoryMB, IDBase: base}, err
 }

@@ -24,8 +24,9 @@ func (c *controller) recover(ctx context.Context) error {
 			// A container that runs this function's current build serves at once: /fn/ answers from
 			// the moment the platform is ready, before the controller gets to the function.
 			if b, err := p.db.Build(ns, f.Spec.Name); err == nil && b.Image != "" && f.Spec.CodeSHA256 != "" {
-				p.run.Adopt(ctx, runner.Function{Namespace: ns, Name: f.Spec.Name, Image: b.Image, Env: f.Spec.EnvVars,
-					TimeoutSec: f.Spec.TimeoutSec, MemoryMB: f.Spec.MemoryMB})
+				if rf, err := p.runnerFunction(ns, f.Spec, b.Image); err == nil {
+					p.run.Adopt(ctx, rf)
+				}
 			}
 		}
 	}

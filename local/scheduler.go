@@ -142,9 +142,16 @@ func (s *scheduler) fire(ctx context.Context, ns string, t api.Trigger, due time
 	s.mu.Lock()
 	s.running[k] = true
 	s.mu.Unlock()
+	rf, err := s.c.p.runnerFunction(ns, fn.Spec, b.Image)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.running, k)
+		s.mu.Unlock()
+		s.c.p.log.Error("cron run not started", "namespace", ns, "trigger", name, "error", err)
+		return
+	}
 	run := runner.Run{Container: fmt.Sprintf("sless-cron-%s-%s-%d", ns, name, due.Unix()), Role: runspec.RoleCron,
-		Event:    runspec.CronEvent(name, dueUTC),
-		Function: runner.Function{Namespace: ns, Name: fn.Spec.Name, Image: b.Image, Env: fn.Spec.EnvVars, TimeoutSec: fn.Spec.TimeoutSec, MemoryMB: fn.Spec.MemoryMB}}
+		Event: runspec.CronEvent(name, dueUTC), Function: rf}
 	s.c.runs.Add(1)
 	go func() {
 		defer s.c.runs.Done()

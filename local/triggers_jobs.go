@@ -86,8 +86,11 @@ func (c *controller) reconcileJob(ctx context.Context, ns, jname string) error {
 	}); err != nil {
 		return err
 	}
-	run := runner.Run{Container: jobContainer(ns, jname, runID), Role: runspec.RoleJob, Job: jname, Event: spec.EventJSON,
-		Function: runner.Function{Namespace: ns, Name: fn.Spec.Name, Image: b.Image, Env: fn.Spec.EnvVars, TimeoutSec: fn.Spec.TimeoutSec, MemoryMB: fn.Spec.MemoryMB}}
+	rf, err := p.runnerFunction(ns, fn.Spec, b.Image)
+	if err != nil {
+		return err
+	}
+	run := runner.Run{Container: jobContainer(ns, jname, runID), Role: runspec.RoleJob, Job: jname, Event: spec.EventJSON, Function: rf}
 	c.runs.Add(1)
 	go func() {
 		defer c.runs.Done()

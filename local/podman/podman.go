@@ -127,14 +127,20 @@ type Spec struct {
 	Confined bool
 	// Network is the podman network to join; empty means the host's (RunFlags).
 	Network string
+	// IDBase, when set, runs the container in a user namespace whose ids 0–65535 are host ids
+	// IDBase… (a tenant's range): its processes count against that tenant's limits only.
+	IDBase uint32
 	// Flags are extra `podman run` flags; Command replaces the image's command.
 	Flags   []string
 	Command []string
 }
 
 // Confinement is what Confined adds to `podman run`.
+// /dev/shm is a tmpfs of the container's own (--ipc=none): podman's shared one, mounted on the
+// host, cannot be removed with the container when it runs in a user namespace (podman 4.3: EBUSY).
 var Confinement = []string{"--cap-drop=ALL", "--security-opt", "no-new-privileges", "--read-only",
-	"--tmpfs", "/tmp:rw,nosuid,nodev,size=64m,mode=1777", "--pids-limit", "256"}
+	"--tmpfs", "/tmp:rw,nosuid,nodev,size=64m,mode=1777", "--pids-limit", "256",
+	"--ipc=none", "--tmpfs", "/dev/shm:rw,nosuid,nodev,noexec,size=64m,mode=1777"}
 
 // EnvVar is one environment variable.
 type EnvVar struct{ Name, Value string }
@@ -160,6 +166,10 @@ func RunArgs(s Spec) []string {
 	}
 	if s.Confined {
 		args = append(args, Confinement...)
+	}
+	if s.IDBase != 0 {
+		m := fmt.Sprintf("0:%d:65536", s.IDBase)
+		args = append(args, "--uidmap", m, "--gidmap", m)
 	}
 	if s.User != "" {
 		args = append(args, "--user", s.User)

@@ -40,9 +40,8 @@ var legacyLabels = map[string]string{
 type Instance struct {
 	Name string
 	URL  *url.URL
-	// hostNetwork: an earlier version's container on the host's network, served until its
-	// replacement on the instance's network is up.
-	hostNetwork bool
+	// stale: an earlier version's container (adoptPrevious), served until its replacement is up.
+	stale bool
 }
 
 // Runner runs this sless up's containers.
@@ -124,7 +123,13 @@ type Function struct {
 	Env             map[string]string
 	TimeoutSec      int
 	MemoryMB        int
+	// IDBase is the tenant's range of host uids/gids (state.UIDBase): the container's user
+	// 65532 is host user IDBase+65532.
+	IDBase uint32
 }
+
+// hostID is the host uid (and gid) the function's user runs as.
+func (f Function) hostID() int { return int(f.IDBase) + runspec.UID }
 
 func (f Function) instance() runspec.Instance {
 	// A network namespace of its own: the runtime's defaults (every interface, runspec.Port);
@@ -139,7 +144,7 @@ func (r *Runner) ContainerName(f Function) string {
 	_, digest, _ := strings.Cut(f.Image, "@sha256:")
 	h := sha256.New()
 	fmt.Fprintf(h, "memory=%d\n", f.MemoryMB)
-	fmt.Fprintf(h, "network=%s\n", r.network)
+	fmt.Fprintf(h, "network=%s\nids=%d\n", r.network, f.IDBase)
 	vars := runspec.Env(f.instance())
 	sort.Slice(vars, func(i, j int) bool { return vars[i].Name < vars[j].Name })
 	for _, v := range vars {
@@ -160,7 +165,7 @@ func (r *Runner) envDir(name string) string { return filepath.Join(r.dataDir, "e
 // user's env vars, a job's event) into a file only the function's user can read, mounted
 // read-only, which the runtime loads (runspec.EnvFile). It returns the command-line variables and
 // the volume to mount.
-func (r *Runner) environment(container string, vars []runspec.EnvVar) ([]podman.EnvVar, string, error) {
+func (r *Runner) environment(container string, hostID int, vars []runspec.EnvVar) ([]podman.EnvVar, string, error) {
 	private := map[string]string{}
 	var public []podman.EnvVar
 	for _, v := range vars {
@@ -184,7 +189,7 @@ func (r *Runner) environment(container string, vars []runspec.EnvVar) ([]podman.
 		return nil, "", err
 	}
 	// Owned by the function's user: readable by it, by nobody else (and writable by no one).
-	if err := errors.Join(os.Chown(file, runspec.UID, runspec.GID), os.Chown(dir, runspec.UID, runspec.GID), os.Chmod(dir, 0o500)); err != nil {
+	if err := errors.Join(os.Chown(file, hostID, hostID), os.Chown(dir, hostID, hostID), os.Chmod(dir, 0o500)); err != nil {
 		return nil, "", err
 	}
 	public = append(public, podman.EnvVar{Name: runspec.EnvFile, Value: envMount + "/env.json"})
@@ -226,12 +231,12 @@ func (r *Runner) Serve(ctx context.Context, f Function) (*Instance, error) {
 	r.remove(ctx, cname, 5) // a stopped leftover of the same name, or one on another network
 	labels := map[string]string{runspec.LabelInstance: r.instance, runspec.LabelNamespace: f.Namespace, runspec.LabelFunction: f.Name,
 		runspec.LabelPort: strconv.Itoa(runspec.Port), runspec.LabelRole: string(runspec.RoleFunction)}
-	env, volume, err := r.environment(cname, runspec.Env(f.instance()))
+	env, volume, err := r.environment(cname, f.hostID(), runspec.Env(f.instance()))
 	if err != nil {
 		return nil, err
 	}
 	if _, err := r.pm.Start(ctx, podman.Spec{Name: cname, Image: f.Image, Labels: labels, Env: env, Volumes: []string{volume},
-		Detach: true, MemoryMB: f.MemoryMB, Confined: true, Network: r.network}); err != nil {
+		Detach: true, MemoryMB: f.MemoryMB, Confined: true, Network: r.network, IDBase: f.IDBase}); err != nil {
 		os.RemoveAll(r.envDir(cname))
 		return nil, fmt.Errorf("starting the container: %w", err)
 	}
@@ -252,7 +257,7 @@ func (r *Runner) Serve(ctx context.Context, f Function) (*Instance, error) {
 func (r *Runner) Adopt(ctx context.Context, f Function) bool {
 	inst := r.adopt(ctx, r.ContainerName(f))
 	if inst == nil {
-		inst = r.adoptHostNetwork(ctx, f)
+		inst = r.adoptPrevious(ctx, f)
 	}
 	if inst != nil {
 		r.Switch(f.Namespace, f.Name, inst)
@@ -260,16 +265,17 @@ func (r *Runner) Adopt(ctx context.Context, f Function) bool {
 	return inst != nil
 }
 
-// adoptHostNetwork serves f, for now, from a container an earlier version started on the host's
-// network (on 127.0.0.1:<port>): Current is false for it, so the controller starts f's container
-// on the instance's network beside it and switches without a failed request.
-func (r *Runner) adoptHostNetwork(ctx context.Context, f Function) *Instance {
+// adoptPrevious serves f, for now, from a running container of f that an earlier version
+// started otherwise — on the host's network (reached on 127.0.0.1:<port>), or without the
+// tenant's uid range: Current is false for it, so the controller starts f's container beside it
+// and switches without a failed request.
+func (r *Runner) adoptPrevious(ctx context.Context, f Function) *Instance {
 	cs, err := r.List(ctx)
 	if err != nil {
 		return nil
 	}
 	for _, c := range cs {
-		if c.State != "running" || len(c.Networks) > 0 || c.Labels[runspec.LabelRole] != string(runspec.RoleFunction) ||
+		if c.State != "running" || c.Labels[runspec.LabelRole] != string(runspec.RoleFunction) ||
 			c.Labels[runspec.LabelNamespace] != f.Namespace || c.Labels[runspec.LabelFunction] != f.Name {
 			continue
 		}
@@ -277,13 +283,24 @@ func (r *Runner) adoptHostNetwork(ctx context.Context, f Function) *Instance {
 		if err != nil {
 			continue
 		}
-		inst := &Instance{Name: c.Name, URL: &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port)}, hostNetwork: true}
+		var inst *Instance
+		switch {
+		case len(c.Networks) == 0:
+			inst = &Instance{Name: c.Name, URL: &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port)}}
+		case slices.Contains(c.Networks, r.network):
+			if inst, err = r.instanceOf(ctx, c.Name, port); err != nil {
+				continue
+			}
+		default:
+			continue
+		}
+		inst.stale = true
 		if r.waitHealthy(ctx, inst) != nil {
 			continue
 		}
 		// Its replacement takes the name.
 		if c.Name == r.ContainerName(f) {
-			inst.Name = c.Name + "-hostnet"
+			inst.Name = c.Name + "-previous"
 			if _, err := r.pm.Run(ctx, "rename", c.Name, inst.Name); err != nil {
 				return nil
 			}
@@ -297,7 +314,7 @@ func (r *Runner) adoptHostNetwork(ctx context.Context, f Function) *Instance {
 // Current reports whether f's container is the one /fn/ routes to and still runs.
 func (r *Runner) Current(ctx context.Context, f Function) bool {
 	cur := r.Route(f.Namespace, f.Name)
-	if cur == nil || cur.hostNetwork || cur.Name != r.ContainerName(f) {
+	if cur == nil || cur.stale || cur.Name != r.ContainerName(f) {
 		return false
 	}
 	st, err := r.pm.State(ctx, cur.Name)
@@ -431,19 +448,20 @@ func (r *Runner) RunOnce(ctx context.Context, run Run) Outcome {
 	if err := os.MkdirAll(resultDir, 0o700); err != nil {
 		return Outcome{Message: err.Error()}
 	}
-	os.Chown(resultDir, runspec.UID, runspec.GID) // the function runs as 65532
+	os.Chown(resultDir, run.Function.hostID(), run.Function.hostID()) // the function's user, in its tenant's range
 	labels := map[string]string{runspec.LabelInstance: r.instance, runspec.LabelNamespace: run.Function.Namespace,
 		runspec.LabelFunction: run.Function.Name, runspec.LabelRole: string(run.Role)}
 	if run.Job != "" {
 		labels[runspec.LabelJob] = run.Job
 	}
-	env, volume, err := r.environment(run.Container, append(runspec.JobEnv(run.Function.instance(), run.Event),
+	env, volume, err := r.environment(run.Container, run.Function.hostID(), append(runspec.JobEnv(run.Function.instance(), run.Event),
 		runspec.EnvVar{Name: runspec.EnvTerminationLog, Value: "/run/sless/result"}))
 	if err != nil {
 		return Outcome{Message: err.Error()}
 	}
 	spec := podman.Spec{Name: run.Container, Image: run.Function.Image, Labels: labels, Env: env, Detach: true,
-		MemoryMB: run.Function.MemoryMB, Volumes: []string{resultDir + ":/run/sless", volume}, Confined: true, Network: r.network}
+		MemoryMB: run.Function.MemoryMB, Volumes: []string{resultDir + ":/run/sless", volume}, Confined: true, Network: r.network,
+		IDBase: run.Function.IDBase}
 	if _, err := r.pm.Start(context.WithoutCancel(ctx), spec); err != nil {
 		os.RemoveAll(r.envDir(run.Container))
 		return Outcome{Message: err.Error()}

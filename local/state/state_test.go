@@ -178,3 +178,26 @@ func writeSchema1(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+func TestUIDRanges(t *testing.T) {
+	db, err := state.Open(filepath.Join(t.TempDir(), "state.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	a, err := db.UIDBase("team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := db.UIDBase("team-b")
+	again, _ := db.UIDBase("team-a")
+	if a != state.UIDRangeStart || b != a+state.UIDRangeSize || again != a {
+		t.Errorf("ranges a=%d b=%d a again=%d", a, b, again)
+	}
+	if err := db.Namespaces.Delete(context.Background(), "team-a"); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := db.UIDBase("team-c"); c == a || c == b {
+		t.Errorf("a new namespace got a range in use or used before: %d", c)
+	}
+}
