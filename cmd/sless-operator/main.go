@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -31,6 +32,7 @@ import (
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/deps"
+	"github.com/sless-dev/sless/indexproxy"
 	"github.com/sless-dev/sless/internal/regauth"
 	"github.com/sless-dev/sless/oci"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
@@ -70,6 +72,8 @@ type config struct {
 	operatorNS, pullSecret, registryAuthDir      string
 	builds                                       int
 	operatorImage, pipIndex, npmRegistry, egress string
+	indexProxy                                   string
+	indexHosts                                   []string
 	runtimes                                     runtimeFlags
 
 	// Set by loadRegistryAuth.
@@ -99,7 +103,12 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.operatorImage, "operator-image", "", "this operator's image (by digest): deps Jobs run its `sless deps push`; empty refuses functions with dependencies")
 	fs.StringVar(&c.pipIndex, "pip-index-url", "", "package index for pip installs in deps Jobs (default: the runtime's)")
 	fs.StringVar(&c.npmRegistry, "npm-registry", "", "npm registry for npm installs in deps Jobs (default: the runtime's)")
-	fs.StringVar(&c.egress, "deps-egress", "", "comma-separated CIDRs deps Job pods may reach besides DNS (package index, registry), for tenant NetworkPolicies")
+	fs.StringVar(&c.egress, "deps-egress", "", "comma-separated CIDRs deps Job pods may reach besides DNS and the index proxy (the registry, for their push step), for tenant NetworkPolicies")
+	fs.StringVar(&c.indexProxy, "index-proxy-listen", "", "serve the index proxy deps Jobs' installers go through (e.g. :3128, behind the sless-index-proxy Service); empty: installers reach the indexes directly")
+	fs.Func("index-host", "a host (host[:port]) installers may reach through the index proxy besides the indexes' own (repeatable)", func(v string) error {
+		c.indexHosts = append(c.indexHosts, v)
+		return nil
+	})
 	fs.Var(c.runtimes, "runtime", "NAME=IMAGE@sha256:… (repeatable): runtime images by digest")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -130,6 +139,25 @@ func run(ctx context.Context, args []string) error {
 	if err := cfg.loadRegistryAuth(); err != nil {
 		return err
 	}
+	if cfg.indexProxy != "" {
+		// Installers run tenant code and get no credential: the proxy adds the indexes' upstream.
+		hosts := cfg.indexHosts
+		if cfg.pipIndex == "" {
+			hosts = append(hosts, "pypi.org", "files.pythonhosted.org")
+		}
+		if cfg.npmRegistry == "" {
+			hosts = append(hosts, "registry.npmjs.org")
+		}
+		p, err := indexproxy.New([]string{cfg.pipIndex, cfg.npmRegistry}, hosts, logger)
+		if err != nil {
+			return err
+		}
+		ps, err := indexproxy.Listen(cfg.indexProxy, p)
+		if err != nil {
+			return err
+		}
+		defer ps.Close()
+	}
 	mgr, err := newManager()
 	if err != nil {
 		return err
@@ -145,7 +173,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	backend := kubestore.New(direct, code, resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: cfg.tenantPull,
-		DepsEgress: splitList(cfg.egress)},
+		DepsEgress: splitList(cfg.egress), IndexProxyPort: cfg.proxyPort()},
 		// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
 		&kubestore.EndpointResolver{Reader: mgr.GetClient()})
 	// /fn/ reads functions and triggers from the manager's cache (the controllers watch both), not
@@ -198,6 +226,24 @@ func (c *config) loadRegistryAuth() error {
 	c.tenantPull = func(string) []byte { return shared }
 	c.depsPush = func(string) []byte { return shared }
 	return nil
+}
+
+// proxyURL is where installers reach the index proxy: its Service in the operator's namespace.
+func (c *config) proxyURL() string {
+	if c.indexProxy == "" {
+		return ""
+	}
+	return fmt.Sprintf("http://%s.%s.svc:%d", resources.IndexProxyService, c.operatorNS, c.proxyPort())
+}
+
+// proxyPort is the index proxy's port ("" / 0 when it is off).
+func (c *config) proxyPort() int32 {
+	if c.indexProxy == "" {
+		return 0
+	}
+	_, port, _ := net.SplitHostPort(c.indexProxy)
+	n, _ := strconv.Atoi(port)
+	return int32(n)
 }
 
 // registryHost is the host[:port] of --registry (which may carry a path).
@@ -270,7 +316,7 @@ func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observ
 		return err
 	}
 	pipeline, err := build.New(code, builder, build.WithRegistry(c.registry), build.WithRuntimes(c.runtimes), build.WithConcurrency(c.builds),
-		build.WithTimeout(5*time.Minute), build.WithIndex(apiv1.RuntimePython311, c.pipIndex), build.WithIndex(apiv1.RuntimeNodejs20, c.npmRegistry),
+		build.WithTimeout(5*time.Minute), build.WithIndex(apiv1.RuntimePython311, indexproxy.Sanitize(c.pipIndex)), build.WithIndex(apiv1.RuntimeNodejs20, indexproxy.Sanitize(c.npmRegistry)),
 		build.WithObserver(observe))
 	if err != nil {
 		return err
@@ -282,7 +328,7 @@ func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observ
 			return err
 		}
 		depsCfg = &controllers.DepsConfig{Store: store, Repo: c.registry + "/sless/deps", OperatorImage: c.operatorImage, Insecure: c.insecure,
-			PushCredential: c.depsPush,
+			PushCredential: c.depsPush, Proxy: c.proxyURL(),
 			Pins:           &controllers.ConfigMapPins{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: c.operatorNS}}
 	}
 	recorder := mgr.GetEventRecorderFor("sless-operator")

@@ -28,6 +28,9 @@ type NPMPackage struct {
 type NPMRegistry struct {
 	URL       string
 	Tarballs  atomic.Int64 // tarball downloads, to tell an install from a cache hit
+	// LastTarballClient is the address (IP) the last tarball download came from: a proxy's, when
+	// installs go through one.
+	LastTarballClient atomic.Value
 	srv       *http.Server
 	tarballs  map[string][]byte // path -> .tgz
 	integrity map[string]string // name -> sha512 SRI of its tarball
@@ -61,6 +64,8 @@ func StartNPMRegistry(host string, pkgs ...NPMPackage) (*NPMRegistry, error) {
 	}
 	r.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if b, ok := r.tarballs[req.URL.Path]; ok {
+			host, _, _ := net.SplitHostPort(req.RemoteAddr)
+			r.LastTarballClient.Store(host)
 			r.Tarballs.Add(1)
 			w.Write(b)
 			return

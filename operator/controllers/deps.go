@@ -38,6 +38,9 @@ type DepsConfig struct {
 	// sless's registry a credential that pushes that key's repository only and expires
 	// (regauth.DepsPush). The installer, which runs the tenant's code, never sees it. Required.
 	PushCredential func(key string) []byte
+	// Proxy is the index proxy's URL for installers (HTTP_PROXY), e.g.
+	// http://sless-index-proxy.sless-system.svc:3128; "" for none.
+	Proxy string
 	// Pins records each key's layer the first time it is read from the store (deps.Pinned); a
 	// ConfigMapPins in the operator's namespace. Required.
 	Pins deps.Pins
@@ -122,7 +125,7 @@ func (d *jobDeps) Layer(ctx context.Context, spec deps.Spec, dir string) (deps.R
 	secretName := jobKey.Name + "-push-" + rand.String(5)
 	j, cm := resources.MakeDepsJob(resources.DepsJob{Namespace: fn.Namespace, Name: jobKey.Name, Function: fn.Name,
 		RuntimeImage: spec.RuntimeImage, Argv: in.Argv, Env: in.Env, Manifests: files, OperatorImage: r.Deps.OperatorImage,
-		PushTo: deps.LayerRef(r.Deps.Repo, key), DepsDir: dir, Insecure: r.Deps.Insecure, PushSecret: secretName})
+		PushTo: deps.LayerRef(r.Deps.Repo, key), DepsDir: dir, Insecure: r.Deps.Insecure, PushSecret: secretName, Proxy: r.Deps.Proxy})
 	j.Annotations = map[string]string{annotationBuildKey: d.build}
 	for _, obj := range []client.Object{cm, j} {
 		if err := controllerutil.SetControllerReference(fn, obj, r.Scheme); err != nil {

@@ -40,7 +40,8 @@ func TestDependenciesJob(t *testing.T) {
 	r, _ := e.start(func(c *startConfig) {
 		c.deps = &controllers.DepsConfig{Store: store, Repo: e.reg + "/sless/deps", OperatorImage: e.runtime, Insecure: true,
 			Pins:           &controllers.ConfigMapPins{Client: e.c, Reader: e.c, Namespace: e.ns},
-			PushCredential: func(key string) []byte { return []byte(`{"auths":{"push-for":"` + key + `"}}`) }}
+			PushCredential: func(key string) []byte { return []byte(`{"auths":{"push-for":"` + key + `"}}`) },
+			Proxy:          "http://sless-index-proxy.sless-system.svc:3128"}
 		c.pipeline = append(c.pipeline, build.WithIndex("python3.11", index))
 	})
 	requirements := "six==1.16.0\n"
@@ -112,6 +113,15 @@ func TestDependenciesJob(t *testing.T) {
 		}
 		if len(install.EnvFrom) != 0 {
 			t.Errorf("the installer gets env from %+v", install.EnvFrom)
+		}
+		// The installer reaches the indexes through the index proxy only.
+		proxyEnv := map[string]string{}
+		for _, e := range install.Env {
+			proxyEnv[e.Name] = e.Value
+		}
+		if proxyEnv["HTTP_PROXY"] != "http://sless-index-proxy.sless-system.svc:3128" || proxyEnv["HTTPS_PROXY"] != proxyEnv["HTTP_PROXY"] ||
+			proxyEnv["npm_config_proxy"] != proxyEnv["HTTP_PROXY"] {
+			t.Errorf("installer env %v", proxyEnv)
 		}
 		var cm corev1.ConfigMap
 		if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: job.Name}, &cm); err != nil || cm.Data["requirements.txt"] != requirements {

@@ -17,8 +17,12 @@ type TenantConfig struct {
 	// DockerConfigJSON is the namespace's registry pull secret (.dockerconfigjson): with sless's
 	// registry a pull-only credential for the namespace's own repositories (regauth.TenantPull).
 	DockerConfigJSON func(ns string) []byte
-	// DepsEgress are the CIDRs deps pods may reach besides DNS (package index, registry).
+	// DepsEgress are the CIDRs deps pods may reach besides DNS and the index proxy: the registry
+	// (their push step pushes the layer).
 	DepsEgress []string
+	// IndexProxyPort is the port of the index proxy (IndexProxyService) on the operator's pods,
+	// which deps pods may reach; 0 for none.
+	IndexProxyPort int32
 	// Quota bounds the namespace: total memory limits and pods.
 	MemoryQuota string // e.g. "8Gi"
 	PodQuota    int64
@@ -74,6 +78,13 @@ func TenantObjects(ns string, c TenantConfig) (*corev1.Namespace, []any) {
 	var depsEgress []networkingv1.NetworkPolicyEgressRule
 	if len(depsPeers) > 0 {
 		depsEgress = []networkingv1.NetworkPolicyEgressRule{{To: depsPeers}}
+	}
+	// The package indexes only through the index proxy, which holds their credentials.
+	if c.IndexProxyPort != 0 {
+		depsEgress = append(depsEgress, networkingv1.NetworkPolicyEgressRule{
+			To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": c.OperatorNamespace}}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptrIntStr(intstr.FromInt32(c.IndexProxyPort))}}})
 	}
 	depsPolicy := &networkingv1.NetworkPolicy{ObjectMeta: meta("sless-deps-egress"), Spec: networkingv1.NetworkPolicySpec{
 		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{runspec.LabelRole: string(runspec.RoleDeps)}},

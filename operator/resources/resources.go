@@ -19,6 +19,13 @@ import (
 // PullSecret is the registry pull secret every pod references (created by namespace ensure).
 const PullSecret = "sless-registry"
 
+// IndexProxyService is the Service (in the operator's namespace) of the index proxy deps Jobs'
+// installers go through, and IndexProxyPort its port.
+const (
+	IndexProxyService = "sless-index-proxy"
+	IndexProxyPort    = 3128
+)
+
 // Labels of a function's objects and pods in role r: runspec's, and managed-by the operator.
 func Labels(fn string, r runspec.Role) map[string]string {
 	l := runspec.Labels(fn, r)
@@ -235,6 +242,8 @@ type DepsJob struct {
 	// PushSecret names the Secret (DepsPushSecret) with the one credential of the Job: a push
 	// credential for this key only, mounted into the push container only.
 	PushSecret string
+	// Proxy is the index proxy's URL the installer goes through (HTTP_PROXY); "" for none.
+	Proxy string
 	// Insecure pushes over plain HTTP (a test cluster's registry).
 	Insecure bool
 }
@@ -262,6 +271,12 @@ func MakeDepsJob(d DepsJob) (*batchv1.Job, *corev1.ConfigMap) {
 	// Temp files go to /work, not /tmp: pip unpacks a whole install there and the push step
 	// spools the layer, both far beyond the 64 MiB /tmp of a restricted pod.
 	env := []corev1.EnvVar{{Name: "TMPDIR", Value: "/work"}}
+	if d.Proxy != "" {
+		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "npm_config_proxy", "npm_config_https_proxy"} {
+			env = append(env, corev1.EnvVar{Name: k, Value: d.Proxy})
+		}
+		env = append(env, corev1.EnvVar{Name: "NO_PROXY", Value: ""}, corev1.EnvVar{Name: "no_proxy", Value: ""})
+	}
 	for _, kv := range d.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		env = append(env, corev1.EnvVar{Name: k, Value: v})

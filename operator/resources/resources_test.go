@@ -201,6 +201,25 @@ func TestObjectsAcceptedByAPIServer(t *testing.T) {
 	}
 }
 
+func TestDepsPodsReachTheIndexProxy(t *testing.T) {
+	_, objs := resources.TenantObjects("sless-00000000000000cd", resources.TenantConfig{OperatorNamespace: "sless-system",
+		DepsEgress: []string{"10.88.0.1/32"}, IndexProxyPort: 3128})
+	var deps *networkingv1.NetworkPolicy
+	for _, o := range objs {
+		if np, ok := o.(*networkingv1.NetworkPolicy); ok && np.Name == "sless-deps-egress" {
+			deps = np
+		}
+	}
+	if deps == nil || len(deps.Spec.Egress) != 2 {
+		t.Fatalf("deps policy %+v", deps)
+	}
+	proxy := deps.Spec.Egress[1]
+	if len(proxy.To) != 1 || proxy.To[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "sless-system" ||
+		len(proxy.Ports) != 1 || proxy.Ports[0].Port.IntValue() != 3128 {
+		t.Errorf("the proxy rule %+v", proxy)
+	}
+}
+
 func TestTenantObjectsAccepted(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx := context.Background()
