@@ -26,15 +26,15 @@ type NPMPackage struct {
 // NPMRegistry is a minimal npm registry (packuments and tarballs) for packages made in a test:
 // the npm registry itself is reachable from this machine but not from a test cluster's pods.
 type NPMRegistry struct {
-	URL       string
-	Tarballs  atomic.Int64 // tarball downloads, to tell an install from a cache hit
+	URL      string
+	Tarballs atomic.Int64 // tarball downloads, to tell an install from a cache hit
 	// LastTarballClient is the address (IP) the last tarball download came from: a proxy's, when
 	// installs go through one.
 	LastTarballClient atomic.Value
-	srv       *http.Server
-	tarballs  map[string][]byte // path -> .tgz
-	integrity map[string]string // name -> sha512 SRI of its tarball
-	packs     map[string]NPMPackage
+	srv               *http.Server
+	tarballs          map[string][]byte // path -> .tgz
+	integrity         map[string]string // name -> sha512 SRI of its tarball
+	packs             map[string]NPMPackage
 }
 
 // StartNPMRegistry serves pkgs on host (a free port there) until Close.
