@@ -124,6 +124,7 @@ pause_src=$ROOT_DIR/hack/k8s/pause/main.go
 key_of() {
   case $1 in
     coredns) echo "coredns $COREDNS_VERSION" ;;
+    kube-router) echo "kube-router $KUBE_ROUTER_VERSION" ;;
     pause) echo "pause $(sha256sum < "$pause_src" | cut -c1-16)" ;;
     *) echo "$1 $V $KUBERNETES_STAGING_VERSION $K8S_LDFLAGS" ;;
   esac
@@ -141,6 +142,10 @@ build() {
   case $name in
     pause)
       (cd "$ROOT_DIR" && CGO_ENABLED=0 go build -ldflags '-s -w' -o "$tmp/$name" ./hack/k8s/pause) >> "$blog" 2>&1 || rc=$? ;;
+    kube-router)
+      # Its go.mod has no replace directives: go install of the command at its version works.
+      (cd "$tmp" && CGO_ENABLED=0 GOFLAGS=-mod=mod GOBIN="$tmp" go install -ldflags '-s -w' \
+        "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION") >> "$blog" 2>&1 || rc=$? ;;
     coredns)
       { coredns_module "$blog" &&
         (cd "$K8S_DIR/src/coredns-$COREDNS_VERSION" &&
@@ -163,14 +168,14 @@ build() {
 }
 
 # Longest builds first, so two workers finish close together.
-all=(coredns kubelet kube-controller-manager kubectl kube-apiserver kube-proxy kube-scheduler pause)
+all=(coredns kubelet kube-controller-manager kubectl kube-apiserver kube-router kube-proxy kube-scheduler pause)
 todo=()
 for c in "${all[@]}"; do
   if cached "$c"; then log "$c: cached"; else todo+=("$c"); fi
 done
 if [ ${#todo[@]} -gt 0 ]; then
   for c in "${todo[@]}"; do
-    case $c in coredns|pause) ;; *) k8s_module; break ;; esac
+    case $c in coredns|pause|kube-router) ;; *) k8s_module; break ;; esac
   done
   rm -rf "$K8S_DIR"/tmp.*   # leftovers of an interrupted run
   failed=0 running=0

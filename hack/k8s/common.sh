@@ -25,7 +25,7 @@ PAUSE_TAG=pause:3.10
 COREDNS_TAG=coredns:${COREDNS_VERSION#v}
 
 # Start order; down.sh stops them in reverse groups.
-K1N_COMPONENTS=(registry containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+K1N_COMPONENTS=(registry containerd etcd kube-apiserver kube-controller-manager kube-scheduler kube-router kubelet kube-proxy)
 
 # Progress lines with tenths of a second (a bring-up takes ~15 s; whole seconds say too little).
 _k1n_t0=${_k1n_t0:-$EPOCHREALTIME}

@@ -38,8 +38,8 @@ stop() {
 
 # 1. Everything that would restart or reconcile pods. None of them keeps state worth a graceful
 # stop (that is etcd's job), so they get one second.
-stop 10 kubelet kube-proxy kube-controller-manager kube-scheduler
-log "kubelet, kube-proxy, controllers stopped"
+stop 10 kubelet kube-proxy kube-router kube-controller-manager kube-scheduler
+log "kubelet, kube-proxy, kube-router, controllers stopped"
 
 # 2. Pod processes: every process in a kubepods cgroup is one of this cluster's containers. Killing
 # them directly skips graceful deletion (tens of seconds) and needs no API.
@@ -92,6 +92,10 @@ for ipt in iptables ip6tables; do
     for ch in $mine; do "$ipt" -t "$t" -X "$ch" || warn "$ipt -t $t: cannot delete chain $ch"; done
   done
 done
+# kube-router's ipsets (KUBE-SRC-…, KUBE-DST-…, inet6:…), free once the rules above are gone.
+if command -v ipset >/dev/null; then
+  for set in $(ipset list -n 2>/dev/null | grep -E '^(inet6:)?KUBE-'); do ipset destroy "$set" 2>/dev/null || warn "cannot destroy ipset $set"; done
+fi
 if [ -f "$K1N/host/guard.rules" ]; then
   while read -r -a rule; do
     [ ${#rule[@]} -gt 0 ] || continue

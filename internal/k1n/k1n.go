@@ -42,6 +42,7 @@ type Env struct {
 	Kube         client.Client
 	Kubectl      []string             // kubectl with the admin kubeconfig
 	Code         *codestore.S3        // the code store the operator uses
+	S3Endpoint   string               // MinIO's URL (on the bridge address)
 	NPM          *testenv.NPMRegistry // an npm registry on the bridge address serving leftpad-sless
 	key          *rsa.PrivateKey
 	log          io.Writer
@@ -108,6 +109,7 @@ func Start(log io.Writer) (_ *Env, err error) {
 		return nil, &MissingError{"MinIO on the bridge address", err}
 	}
 	e.closers = append(e.closers, stopS3)
+	e.S3Endpoint = s3.Endpoint
 	e.NPM, err = testenv.StartNPMRegistry(NodeIP, testenv.NPMPackage{Name: "leftpad-sless", Version: "1.2.3",
 		Files: map[string]string{"index.js": "module.exports = (s, n) => String(s).padStart(n, '0');\n"}})
 	if err != nil {

@@ -61,8 +61,14 @@ func TenantObjects(ns string, c TenantConfig) (*corev1.Namespace, []any) {
 		Max:            corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")},
 	}}}}
 	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
-	dns := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{
-		{Protocol: &udp, Port: ptrIntStr(intstr.FromInt32(53))}, {Protocol: &tcp, Port: ptrIntStr(intstr.FromInt32(53))}}}
+	// DNS to the cluster's DNS pods only: port 53 anywhere would be a way out (a resolver of the
+	// tenant's own, or DNS tunnelling through one).
+	dns := networkingv1.NetworkPolicyEgressRule{
+		To: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "kube-system"}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}}}},
+		Ports: []networkingv1.NetworkPolicyPort{
+			{Protocol: &udp, Port: ptrIntStr(intstr.FromInt32(53))}, {Protocol: &tcp, Port: ptrIntStr(intstr.FromInt32(53))}}}
 	defaultPolicy := &networkingv1.NetworkPolicy{ObjectMeta: meta("sless-default"), Spec: networkingv1.NetworkPolicySpec{
 		PodSelector: metav1.LabelSelector{},
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},

@@ -1,0 +1,143 @@
+package k8s_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sless-dev/sless/internal/k1n"
+)
+
+// netProbe tries each target from inside a function: "tcp:HOST:PORT" (a connection), or
+// "dns:HOST:PORT" (a DNS query for kubernetes.default.svc.cluster.local over UDP, answered or
+// not). It answers "open"/"answered" or "blocked" per target, within 2 s each, all at once.
+const netProbe = `import concurrent.futures, json, socket, struct
+def tcp(host, port):
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+        return 'open'
+    except Exception:
+        return 'blocked'
+def dns(host, port):
+    q = struct.pack('>HHHHHH', 0x1234, 0x0100, 1, 0, 0, 0)
+    for label in 'kubernetes.default.svc.cluster.local'.split('.'):
+        q += bytes([len(label)]) + label.encode()
+    q += b'\x00' + struct.pack('>HH', 1, 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(2)
+    try:
+        s.sendto(q, (host, int(port)))
+        data, _ = s.recvfrom(512)
+        return 'answered' if data[:2] == q[:2] else 'blocked'
+    except Exception:
+        return 'blocked'
+    finally:
+        s.close()
+def probe(t):
+    kind, host, port = t.split(':')
+    return tcp(host, port) if kind == 'tcp' else dns(host, port)
+def handle(event):
+    targets = json.loads(event['query']['t'][0])
+    with concurrent.futures.ThreadPoolExecutor(len(targets)) as ex:
+        return dict(zip(targets, ex.map(probe, targets.values())))
+`
+
+// The tenant NetworkPolicies, enforced by the cluster's kube-router: per rule, a connection the
+// policy denies and one it allows, from inside a function pod.
+func TestNetworkPoliciesEnforced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	victim, attacker := tenant(t, subject("np-victim")), tenant(t, subject("np-attacker"))
+	v := deploy(t, victim, "app", "python3.11", map[string]string{"handler.py": "def handle(event):\n    return 'victim'\n"})
+	deploy(t, attacker, "probe", "python3.11", map[string]string{"handler.py": netProbe})
+
+	podIP := func(ns string, labels client.MatchingLabels) string {
+		var pods corev1.PodList
+		cluster.Kube.List(ctx, &pods, client.InNamespace(ns), labels)
+		for _, p := range pods.Items {
+			if p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+				return p.Status.PodIP
+			}
+		}
+		t.Fatalf("no pod %v in %s", labels, ns)
+		return ""
+	}
+	victimIP := podIP(victim.Namespace(), client.MatchingLabels{"sless.dev/function": "app"})
+	operatorIP := podIP("sless-system", client.MatchingLabels{"app.kubernetes.io/name": "sless-operator"})
+	dnsIP := podIP("kube-system", client.MatchingLabels{"k8s-app": "kube-dns"})
+	var dnsSvc corev1.Service
+	if err := cluster.Kube.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "kube-dns"}, &dnsSvc); err != nil {
+		t.Fatal(err)
+	}
+	var apiSvc corev1.Service
+	if err := cluster.Kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &apiSvc); err != nil {
+		t.Fatal(err)
+	}
+	// A resolver of the attacker's choosing on port 53: the node address (a host-side server).
+	rogue, err := net.ListenPacket("udp", k1n.NodeIP+":53")
+	if err != nil {
+		t.Fatalf("a stand-in resolver on %s:53: %v", k1n.NodeIP, err)
+	}
+	defer rogue.Close()
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := rogue.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			rogue.WriteTo(buf[:n], from) // an echo carries the id back: "answered"
+		}
+	}()
+	hostPort := func(u string) string {
+		p, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Host
+	}
+	s3 := hostPort(cluster.S3Endpoint)
+	api := hostPort(cluster.Endpoint)
+	want := map[string]string{
+		// allowed: DNS to the cluster DNS, by its Service and its pod
+		"tcp:" + dnsIP + ":53":                      "open",
+		"dns:" + dnsSvc.Spec.ClusterIP + ":53":      "answered",
+		"dns:" + dnsIP + ":53":                      "answered",
+		"dns:" + k1n.NodeIP + ":53":                 "blocked", // any other resolver
+		"tcp:" + cluster.Registry:                   "blocked", // the registry
+		"tcp:" + s3:                                 "blocked", // S3
+		"tcp:" + api:                                "blocked", // the API's NodePort
+		"tcp:" + operatorIP + ":8080":               "blocked", // the API's pod
+		"tcp:" + operatorIP + ":3128":               "blocked", // the index proxy: deps pods only
+		"tcp:" + apiSvc.Spec.ClusterIP + ":443":     "blocked", // the Kubernetes API
+		fmt.Sprintf("tcp:%s:%d", k1n.NodeIP, 6443):  "blocked", // … on the node
+		fmt.Sprintf("tcp:%s:%d", k1n.NodeIP, 10250): "blocked", // the kubelet
+		"tcp:" + victimIP + ":8080":                 "blocked", // another tenant's pod
+	}
+	targets := map[string]string{}
+	for k := range want {
+		targets[k] = k
+	}
+	tj, _ := json.Marshal(targets)
+	code, body := get(cluster.Endpoint + "/fn/" + attacker.Namespace() + "/probe?t=" + url.QueryEscape(string(tj)))
+	var got map[string]string
+	if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil {
+		t.Fatalf("%d %s", code, body)
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("from a function pod, %s: %s, want %s", k, got[k], w)
+		}
+	}
+	// Allowed: ingress from the operator's namespace (/fn/) to the victim.
+	if code, body := get(v.Status.URL); code != 200 || !strings.Contains(body, "victim") {
+		t.Errorf("/fn/ to the victim: %d %s", code, body)
+	}
+}
