@@ -52,47 +52,6 @@ exports.handle = async (event) => {
 };
 `
 
-// depsAttack runs in an npm preinstall script (a tenant-scoped install, so scripts run): it probes
-// what it is given, asks the index proxy for the configured registry (whose credential only the
-// proxy holds), looks for that credential everywhere it could read, prints one ATTACK line and
-// fails the install so the result shows in the Function's status.
-const depsAttack = `
-const http = require('http'), fs = require('fs'), path = require('path');
-const t = require('./package.json').targets;
-const probe = (url) => new Promise((res) => {
-  const req = http.get(url, { timeout: 1500 }, (r) => { r.resume(); res(r.statusCode); });
-  req.on('timeout', () => { req.destroy(); res('unreachable'); });
-  req.on('error', () => res('unreachable'));
-});
-const viaProxy = (url) => new Promise((res) => {
-  const p = new URL(process.env.HTTP_PROXY);
-  const req = http.get({ host: p.hostname, port: p.port, path: url, timeout: 1500 }, (r) => { r.resume(); res(r.statusCode); });
-  req.on('timeout', () => { req.destroy(); res('unreachable'); });
-  req.on('error', () => res('unreachable'));
-});
-const leaks = [];
-const secret = t.secret.join(''); // in halves: package.json itself must not hold it
-const look = (where, s) => { if (String(s).includes(secret)) leaks.push(where); };
-look('env', JSON.stringify(process.env));
-for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
-  for (const f of ['cmdline', 'environ']) { try { look(pid + '/' + f, fs.readFileSync('/proc/' + pid + '/' + f)); } catch (e) {} }
-}
-const walk = (d, depth) => { let es = []; try { es = fs.readdirSync(d, { withFileTypes: true }); } catch (e) { return; }
-  for (const e of es) { const p = path.join(d, e.name);
-    if (e.isDirectory() && depth < 3 && !['proc', 'sys', 'dev', 'usr', 'lib', 'bin', 'sbin', 'node_modules'].includes(e.name)) walk(p, depth + 1);
-    else if (e.isFile()) { try { look(p, fs.readFileSync(p)); } catch (e) {} } } };
-walk('/', 0);
-(async () => {
-  const out = { leaks };
-  const keys = Object.keys(t.probe);
-  (await Promise.all(keys.map((k) => probe(t.probe[k])))).forEach((v, i) => { out[keys[i]] = v; });
-  out.proxy_registry = await viaProxy(t.registry);
-  out.proxy_other = await viaProxy(t.other);
-  console.log('ATTACK ' + JSON.stringify(out));
-  process.exit(1);
-})();
-`
-
 // TestContainment runs the attacks of a tenant's code on the single host: from a python and a
 // node function, from a job and from a dependency install. Every attempt on the host, another
 // tenant or the metadata stand-in fails; the outside stays reachable.
@@ -233,21 +192,11 @@ func TestContainment(t *testing.T) {
 		}
 		delete(probes, "outside") // installs reach nothing but the proxy
 		probes["outside_direct"] = outside.URL + "/"
-		pkg, _ := json.Marshal(map[string]any{
-			"name": "attack", "version": "1.0.0",
-			"scripts": map[string]string{"preinstall": "node -e \"eval(require('./package.json').attack)\""},
-			"attack":  depsAttack,
-			"targets": map[string]any{"probe": probes, "secret": []string{secret[:6], secret[6:]}, "registry": "http://" + regLn.Addr().String() + "/", "other": fmt.Sprintf("http://127.0.0.1:%d/", canaryPort)},
-		})
-		f := u.deploy(t, "jsdeps", "nodejs20", map[string]string{"handler.js": "exports.handle = async () => 1\n", "package.json": string(pkg)})
-		_, line, ok := strings.Cut(f.Status.Message, "ATTACK ")
-		if f.Status.Phase != apiv1.PhaseFailed || !ok {
-			t.Fatalf("status %+v", f.Status)
-		}
-		line, _, _ = strings.Cut(line, "\n")
-		var got map[string]any
-		if err := json.Unmarshal([]byte(line), &got); err != nil {
-			t.Fatalf("%v: %s", err, line)
+		pkg := testenv.DepsAttackPackage(probes, secret, "http://"+regLn.Addr().String()+"/", fmt.Sprintf("http://127.0.0.1:%d/", canaryPort))
+		f := u.deploy(t, "jsdeps", "nodejs20", map[string]string{"handler.js": "exports.handle = async () => 1\n", "package.json": pkg})
+		got, err := testenv.DepsAttackResult(f.Status.Message)
+		if f.Status.Phase != apiv1.PhaseFailed || err != nil {
+			t.Fatalf("status %+v: %v", f.Status, err)
 		}
 		if leaks, _ := got["leaks"].([]any); len(leaks) != 0 {
 			t.Errorf("the installer found the index credential in %v", leaks)

@@ -74,6 +74,7 @@ type config struct {
 	operatorImage, pipIndex, npmRegistry, egress string
 	indexProxy                                   string
 	indexHosts                                   []string
+	policyGate                                   bool
 	runtimes                                     runtimeFlags
 
 	// Set by loadRegistryAuth.
@@ -103,7 +104,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.operatorImage, "operator-image", "", "this operator's image (by digest): deps Jobs run its `sless deps push`; empty refuses functions with dependencies")
 	fs.StringVar(&c.pipIndex, "pip-index-url", "", "package index for pip installs in deps Jobs (default: the runtime's)")
 	fs.StringVar(&c.npmRegistry, "npm-registry", "", "npm registry for npm installs in deps Jobs (default: the runtime's)")
-	fs.StringVar(&c.egress, "deps-egress", "", "comma-separated CIDRs deps Job pods may reach besides DNS and the index proxy (the registry, for their push step), for tenant NetworkPolicies")
+	fs.StringVar(&c.egress, "deps-egress", "", "comma-separated CIDR or CIDR:PORT deps Job pods may reach besides DNS and the index proxy (the registry, for their push step), for tenant NetworkPolicies")
+	fs.BoolVar(&c.policyGate, "wait-for-network-policy", false, "start every pod of tenant code with --operator-image's `sless policy-wait`, so none of its code runs before its NetworkPolicy is in force (needs an enforcing NetworkPolicy implementation)")
 	fs.StringVar(&c.indexProxy, "index-proxy-listen", "", "serve the index proxy deps Jobs' installers go through (e.g. :3128, behind the sless-index-proxy Service); empty: installers reach the indexes directly")
 	fs.Func("index-host", "a host (host[:port]) installers may reach through the index proxy besides the indexes' own (repeatable)", func(v string) error {
 		c.indexHosts = append(c.indexHosts, v)
@@ -115,6 +117,9 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if c.registry == "" || len(c.runtimes) == 0 {
 		return nil, errors.New("--registry and at least one --runtime are required")
+	}
+	if c.policyGate && c.operatorImage == "" {
+		return nil, errors.New("--wait-for-network-policy runs --operator-image's sless: give both")
 	}
 	if c.registryAuthDir != "" && c.pullSecret != "" {
 		return nil, errors.New("--registry-auth-dir (sless's registry) and --pull-secret-file (your own) exclude each other")
@@ -332,14 +337,18 @@ func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observ
 			Pins: &controllers.ConfigMapPins{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: c.operatorNS}}
 	}
 	recorder := mgr.GetEventRecorderFor("sless-operator")
-	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Pipeline: pipeline, Code: code,
+	gate := ""
+	if c.policyGate {
+		gate = c.operatorImage
+	}
+	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Pipeline: pipeline, Code: code, PolicyGate: gate,
 		PublicURL: c.publicURL, Deps: depsCfg, APIReader: mgr.GetAPIReader(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: recorder, PolicyGate: gate}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&controllers.TriggerReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), PublicURL: c.publicURL, Recorder: recorder}).SetupWithManager(mgr)
+	return (&controllers.TriggerReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), PublicURL: c.publicURL, Recorder: recorder, PolicyGate: gate}).SetupWithManager(mgr)
 }
 
 // cachesSynced is the API's readiness (for the Service in front of it): the manager's caches are

@@ -42,6 +42,7 @@ Usage:
   sless deps push --dir DIR --to REPO:TAG [--prefix /app/deps]
   sless registry --listen ADDR --root DIR --auth-dir DIR   serve a CNCF Distribution registry with token auth
   sless registry credential --auth-dir DIR --registry HOST[:PORT] platform|node|pull.NAMESPACE
+  sless policy-wait [--denied HOST:PORT]       (in a pod) wait until its NetworkPolicy is in force
   sless version
 
 Run 'sless COMMAND --help' for a command's flags.
@@ -65,6 +66,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runRuntime(ctx, args[1:], stdout, stderr)
 	case "registry":
 		return runRegistry(ctx, args[1:], stdout, stderr)
+	case "policy-wait":
+		return runPolicyWait(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "sless", version)
 		return nil

@@ -8,14 +8,19 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sless-dev/sless/api/apiv1"
+	apiclient "github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/internal/k1n"
+	"github.com/sless-dev/sless/internal/testenv"
 )
 
-// netProbe tries each target from inside a function: "tcp:HOST:PORT" (a connection), or
+// netProbe tries each target from inside a function (/fn/…?t=JSON, or a job's event "targets"):
+// "tcp:HOST:PORT" (a connection), or
 // "dns:HOST:PORT" (a DNS query for kubernetes.default.svc.cluster.local over UDP, answered or
 // not). It answers "open"/"answered" or "blocked" per target, within 2 s each, all at once.
 const netProbe = `import concurrent.futures, json, socket, struct
@@ -44,7 +49,7 @@ def probe(t):
     kind, host, port = t.split(':')
     return tcp(host, port) if kind == 'tcp' else dns(host, port)
 def handle(event):
-    targets = json.loads(event['query']['t'][0])
+    targets = event.get('targets') or json.loads(event['query']['t'][0])
     with concurrent.futures.ThreadPoolExecutor(len(targets)) as ex:
         return dict(zip(targets, ex.map(probe, targets.values())))
 `
@@ -140,4 +145,69 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 	if code, body := get(v.Status.URL); code != 200 || !strings.Contains(body, "victim") {
 		t.Errorf("/fn/ to the victim: %d %s", code, body)
 	}
+
+	t.Run("from a job", func(t *testing.T) {
+		ev, _ := json.Marshal(map[string]any{"targets": targets})
+		if _, err := attacker.CreateJob(ctx, apiv1.Job{Name: "probe", FunctionRef: "probe", EventJSON: string(ev), RunID: 1}); err != nil {
+			t.Fatal(err)
+		}
+		var j *apiv1.Job
+		waitFor(t, "the probe job", 2*time.Minute, func() bool {
+			j, _ = attacker.GetJob(ctx, "probe")
+			return j != nil && (j.Status.Phase == apiv1.JobSucceeded || j.Status.Phase == apiv1.JobFailed)
+		})
+		var got map[string]string
+		if err := json.Unmarshal([]byte(j.Status.Message), &got); j.Status.Phase != apiv1.JobSucceeded || err != nil {
+			t.Fatalf("job %+v", j.Status)
+		}
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("from a job pod, %s: %s, want %s", k, got[k], w)
+			}
+		}
+	})
+
+	// A dependency install (npm preinstall, tenant-scoped so scripts run): only the index proxy,
+	// which serves the configured registry and nothing else.
+	t.Run("from a dependency install", func(t *testing.T) {
+		probes := map[string]string{
+			"s3": cluster.S3Endpoint + "/", "api_nodeport": cluster.Endpoint + "/healthz",
+			"operator_pod": "http://" + operatorIP + ":8080/healthz", "victim_pod": "http://" + victimIP + ":8080/",
+			"kubelet": "http://" + k1n.NodeIP + ":10250/", "npm_direct": cluster.NPM.URL + "/leftpad-sless",
+		}
+		pkg := testenv.DepsAttackPackage(probes, "no-index-credential-here", cluster.NPM.URL+"/leftpad-sless", cluster.S3Endpoint+"/")
+		f := deployFailing(t, attacker, "jsdeps", "nodejs20", map[string]string{"handler.js": "exports.handle = async () => 1\n", "package.json": pkg})
+		got, err := testenv.DepsAttackResult(f.Status.Message)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range probes {
+			if got[k] != "unreachable" {
+				t.Errorf("from a deps pod, %s (%s): %v, want unreachable", k, probes[k], got[k])
+			}
+		}
+		if got["proxy_registry"] != float64(200) || got["proxy_other"] != float64(403) {
+			t.Errorf("through the index proxy: the registry %v (want 200), another host %v (want 403)", got["proxy_registry"], got["proxy_other"])
+		}
+	})
+}
+
+// deployFailing uploads and waits until the function's build has failed.
+func deployFailing(t *testing.T, c *apiclient.Client, fn, runtime string, files map[string]string) *apiv1.Function {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.CreateFunction(ctx, apiv1.Function{Name: fn, Runtime: runtime}); err != nil {
+		t.Fatal(err)
+	}
+	z := testenv.Zip(files)
+	up, err := c.Upload(ctx, fn, strings.NewReader(string(z)), int64(len(z)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f *apiv1.Function
+	waitFor(t, fn+" failed", 3*time.Minute, func() bool {
+		f, err = c.GetFunction(ctx, fn)
+		return err == nil && f.Status.CodeSHA256 == up.CodeSHA256 && f.Status.Phase == apiv1.PhaseFailed
+	})
+	return f
 }

@@ -406,11 +406,6 @@ start kube-proxy "$K8S_BIN/kube-proxy" --kubeconfig="$K1N/kube-proxy.kubeconfig"
   --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 \
   --iptables-localhost-nodeports=false \
   --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256 -v=1
-# NetworkPolicy: kube-router's policy controller alone (iptables + ipset), before kubelet, so the
-# first pods are already covered. The admin kubeconfig: a test cluster's shortcut.
-start kube-router "$K8S_BIN/kube-router" --run-firewall=true --run-router=false --run-service-proxy=false \
-  --enable-cni=false --enable-pod-egress=false --hostname-override="$K1N_NODE" --kubeconfig="$K1N/admin.kubeconfig" \
-  --health-port=0 --metrics-port=0 --iptables-sync-period=1m -v=1
 wait "$images_push" || fail images "pushing the pause/coredns images to $REG failed"
 log "images $REG/$PAUSE_TAG, $REG/$COREDNS_TAG"
 start kubelet "$K8S_BIN/kubelet" --config="$K1N/kubelet-config.yaml" \
@@ -420,8 +415,17 @@ start kubelet "$K8S_BIN/kubelet" --config="$K1N/kubelet-config.yaml" \
 # CoreDNS goes in right away (kube-system may take a moment to exist); it schedules once the node
 # is Ready and untainted.
 wait_until "coredns applied" 30 kube-apiserver kc_apply -f "$K1N/manifests/coredns.yaml"
-ALL="kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy kube-router containerd etcd registry"
+ALL="kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy containerd etcd registry"
 wait_until "node $K1N_NODE Ready" 120 "$ALL" node_ready "$started"
+# NetworkPolicy: kube-router's policy controller alone (iptables + ipset). It needs the Node object,
+# so it starts once kubelet has registered it; only CoreDNS runs by then, and it covers running
+# pods at its first sync. The admin kubeconfig: a test cluster's shortcut.
+start kube-router "$K8S_BIN/kube-router" --run-firewall=true --run-router=false --run-service-proxy=false \
+  --enable-cni=false --enable-pod-egress=false --hostname-override="$K1N_NODE" --kubeconfig="$K1N/admin.kubeconfig" \
+  --health-port=0 --metrics-port=0 --iptables-sync-period=1m -v=1
+ALL="$ALL kube-router"
+policies_synced() { grep -q "sync iptables took" "$K1N/logs/kube-router.log"; }
+wait_until "network policies enforced (kube-router)" 60 "$ALL" policies_synced
 untainted() { [ -z "$(kc get node "$K1N_NODE" -o jsonpath='{.spec.taints}')" ]; }
 wait_until "node untainted" 120 "$ALL" untainted
 wait_until "default service account" 60 "kube-controller-manager $ALL" kc get serviceaccount default -n default

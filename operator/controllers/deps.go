@@ -127,6 +127,7 @@ func (d *jobDeps) Layer(ctx context.Context, spec deps.Spec, dir string) (deps.R
 		RuntimeImage: spec.RuntimeImage, Argv: in.Argv, Env: in.Env, Manifests: files, OperatorImage: r.Deps.OperatorImage,
 		PushTo: deps.LayerRef(r.Deps.Repo, key), DepsDir: dir, Insecure: r.Deps.Insecure, PushSecret: secretName, Proxy: r.Deps.Proxy})
 	j.Annotations = map[string]string{annotationBuildKey: d.build}
+	resources.PolicyGate(&j.Spec.Template.Spec, r.PolicyGate)
 	for _, obj := range []client.Object{cm, j} {
 		if err := controllerutil.SetControllerReference(fn, obj, r.Scheme); err != nil {
 			return deps.Result{}, err

@@ -39,6 +39,9 @@ const Finalizer = "sless.dev/cleanup"
 type FunctionReconciler struct {
 	client.Client
 	Scheme *runtime.Scheme
+	// PolicyGate is the image whose `sless policy-wait` gates every pod of tenant code until its
+	// NetworkPolicy is in force (resources.PolicyGate); "" for none.
+	PolicyGate string
 	// Pipeline builds and pushes images; Code is the store uploads land in.
 	Pipeline *build.Pipeline
 	Code     codestore.Store
@@ -135,6 +138,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, err
 	}
 	dep := resources.MakeDeployment(&fn, fn.Status.Image, replicas)
+	resources.PolicyGate(&dep.Spec.Template.Spec, r.PolicyGate)
 	live := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: dep.Name, Namespace: dep.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, live, func() error {
 		live.Labels, live.Spec.Replicas, live.Spec.Selector, live.Spec.Strategy = dep.Labels, dep.Spec.Replicas, dep.Spec.Selector, dep.Spec.Strategy

@@ -27,6 +27,8 @@ import (
 type FunctionJobReconciler struct {
 	client.Client
 	Scheme *runtime.Scheme
+	// PolicyGate: as FunctionReconciler's.
+	PolicyGate string
 	// APIReader reads the finished Job's pod, whose status the cache may not have yet; nil reads
 	// through Client.
 	APIReader client.Reader
@@ -73,6 +75,7 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			return ctrl.Result{}, err
 		}
 		job := resources.MakeJob(&fj, &fn, fn.Status.Image)
+		resources.PolicyGate(&job.Spec.Template.Spec, r.PolicyGate)
 		if err := controllerutil.SetControllerReference(&fj, job, r.Scheme); err != nil {
 			return ctrl.Result{}, err
 		}

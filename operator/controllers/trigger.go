@@ -29,6 +29,8 @@ import (
 type TriggerReconciler struct {
 	client.Client
 	Scheme    *runtime.Scheme
+	// PolicyGate: as FunctionReconciler's.
+	PolicyGate string
 	PublicURL string
 	// Recorder, when set, records when a cron trigger's CronJob is created or moves to a new image.
 	Recorder record.EventRecorder
@@ -62,6 +64,7 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, err
 		default:
 			want := resources.MakeCronJob(&tr, &fn, fn.Status.Image)
+			resources.PolicyGate(&want.Spec.JobTemplate.Spec.Template.Spec, r.PolicyGate)
 			live := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: want.Name, Namespace: want.Namespace}}
 			op, err := controllerutil.CreateOrUpdate(ctx, r.Client, live, func() error {
 				live.Labels = want.Labels

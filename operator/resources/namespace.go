@@ -1,6 +1,9 @@
 package resources
 
 import (
+	"strconv"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -17,8 +20,8 @@ type TenantConfig struct {
 	// DockerConfigJSON is the namespace's registry pull secret (.dockerconfigjson): with sless's
 	// registry a pull-only credential for the namespace's own repositories (regauth.TenantPull).
 	DockerConfigJSON func(ns string) []byte
-	// DepsEgress are the CIDRs deps pods may reach besides DNS and the index proxy: the registry
-	// (their push step pushes the layer).
+	// DepsEgress are what deps pods may reach besides DNS and the index proxy: the registry (their
+	// push step pushes the layer), as CIDR or CIDR:PORT (TCP).
 	DepsEgress []string
 	// IndexProxyPort is the port of the index proxy (IndexProxyService) on the operator's pods,
 	// which deps pods may reach; 0 for none.
@@ -76,14 +79,15 @@ func TenantObjects(ns string, c TenantConfig) (*corev1.Namespace, []any) {
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": c.OperatorNamespace}}}}}},
 		Egress: []networkingv1.NetworkPolicyEgressRule{dns},
 	}}
-	var depsPeers []networkingv1.NetworkPolicyPeer
-	for _, cidr := range c.DepsEgress {
-		depsPeers = append(depsPeers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
-	}
 	// A rule with no peers would allow every destination: without CIDRs, deps pods get DNS only.
 	var depsEgress []networkingv1.NetworkPolicyEgressRule
-	if len(depsPeers) > 0 {
-		depsEgress = []networkingv1.NetworkPolicyEgressRule{{To: depsPeers}}
+	for _, e := range c.DepsEgress {
+		cidr, port := splitEgress(e)
+		rule := networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: cidr}}}}
+		if port != 0 {
+			rule.Ports = []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptrIntStr(intstr.FromInt32(port))}}
+		}
+		depsEgress = append(depsEgress, rule)
 	}
 	// The package indexes only through the index proxy, which holds their credentials.
 	if c.IndexProxyPort != 0 {
@@ -107,4 +111,17 @@ func (c TenantConfig) pullSecret(ns string) []byte {
 		return []byte(`{"auths":{}}`)
 	}
 	return c.DockerConfigJSON(ns)
+}
+
+// splitEgress reads "10.0.0.0/8" or "10.88.0.1/32:5000".
+func splitEgress(e string) (cidr string, port int32) {
+	i := strings.LastIndex(e, ":")
+	if i < 0 || !strings.Contains(e[:i], "/") {
+		return e, 0
+	}
+	n, err := strconv.ParseInt(e[i+1:], 10, 32)
+	if err != nil {
+		return e, 0
+	}
+	return e[:i], int32(n)
 }

@@ -85,6 +85,22 @@ func restrictedPod(spec *corev1.PodSpec) {
 	}
 }
 
+// PolicyGate makes image's `sless policy-wait` the pod's first init container, so that none of its
+// code runs before the enforcer has applied the namespace's NetworkPolicy to the new pod (an
+// enforcer such as kube-router does so a moment after the pod starts). "" leaves spec alone.
+func PolicyGate(spec *corev1.PodSpec, image string) {
+	if image == "" {
+		return
+	}
+	c := corev1.Container{Name: "wait-network-policy", Image: image, Command: []string{"sless", "policy-wait"},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Mi"), corev1.ResourceCPU: resource.MustParse("10m")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")}},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError}
+	restrictedContainer(&c)
+	spec.InitContainers = append([]corev1.Container{c}, spec.InitContainers...)
+}
+
 func restrictedContainer(c *corev1.Container) {
 	no, yes := false, true
 	c.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,

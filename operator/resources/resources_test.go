@@ -2,6 +2,7 @@ package resources_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -203,7 +204,7 @@ func TestObjectsAcceptedByAPIServer(t *testing.T) {
 
 func TestDepsPodsReachTheIndexProxy(t *testing.T) {
 	_, objs := resources.TenantObjects("sless-00000000000000cd", resources.TenantConfig{OperatorNamespace: "sless-system",
-		DepsEgress: []string{"10.88.0.1/32"}, IndexProxyPort: 3128})
+		DepsEgress: []string{"10.88.0.1/32:5000"}, IndexProxyPort: 3128})
 	var deps *networkingv1.NetworkPolicy
 	for _, o := range objs {
 		if np, ok := o.(*networkingv1.NetworkPolicy); ok && np.Name == "sless-deps-egress" {
@@ -212,6 +213,9 @@ func TestDepsPodsReachTheIndexProxy(t *testing.T) {
 	}
 	if deps == nil || len(deps.Spec.Egress) != 2 {
 		t.Fatalf("deps policy %+v", deps)
+	}
+	if reg := deps.Spec.Egress[0]; reg.To[0].IPBlock.CIDR != "10.88.0.1/32" || len(reg.Ports) != 1 || reg.Ports[0].Port.IntValue() != 5000 {
+		t.Errorf("the registry rule %+v", reg)
 	}
 	proxy := deps.Spec.Egress[1]
 	if len(proxy.To) != 1 || proxy.To[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "sless-system" ||
@@ -238,5 +242,25 @@ func TestTenantObjectsAccepted(t *testing.T) {
 		if err := env.Client.Create(ctx, obj); err != nil {
 			t.Errorf("%T %s: %v", obj, obj.GetName(), err)
 		}
+	}
+}
+
+func TestPolicyGateComesFirst(t *testing.T) {
+	j, _ := resources.MakeDepsJob(resources.DepsJob{Namespace: "ns", Name: "d", Function: "f", RuntimeImage: "rt@sha256:1",
+		Argv: []string{"true"}, OperatorImage: "op@sha256:2", PushTo: "r/sless/deps/k:latest", DepsDir: "/app/deps", PushSecret: "s"})
+	spec := &j.Spec.Template.Spec
+	resources.PolicyGate(spec, "op@sha256:2")
+	gate := spec.InitContainers[0]
+	if len(spec.InitContainers) != 2 || gate.Name != "wait-network-policy" || gate.Image != "op@sha256:2" ||
+		strings.Join(gate.Command, " ") != "sless policy-wait" || spec.InitContainers[1].Name != "install" {
+		t.Fatalf("init containers %+v", spec.InitContainers)
+	}
+	if sc := gate.SecurityContext; sc == nil || *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem || len(sc.Capabilities.Drop) != 1 {
+		t.Errorf("the gate is not restricted: %+v", sc)
+	}
+	before := len(spec.InitContainers)
+	resources.PolicyGate(spec, "")
+	if len(spec.InitContainers) != before {
+		t.Error("an empty image added a gate")
 	}
 }

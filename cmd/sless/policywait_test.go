@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPolicyWait(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	// Reachable throughout: not enforced, an error at the timeout.
+	var out, errb bytes.Buffer
+	if err := runPolicyWait(context.Background(), []string{"--denied", addr, "--timeout", "300ms"}, &out, &errb); err == nil ||
+		!strings.Contains(err.Error(), "no NetworkPolicy is enforced") {
+		t.Errorf("reachable target: %v", err)
+	}
+	// Denied after a while (the listener goes, as a policy coming into force would deny it).
+	time.AfterFunc(300*time.Millisecond, func() { ln.Close() })
+	start := time.Now()
+	if err := runPolicyWait(context.Background(), []string{"--denied", addr, "--timeout", "10s"}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 250*time.Millisecond || !strings.Contains(out.String(), "network policy in force") {
+		t.Errorf("returned after %v: %s", d, out.String())
+	}
+}
