@@ -28,10 +28,10 @@ import (
 // the Function reconciler's alone (it watches Triggers), so two controllers never fight over them.
 type TriggerReconciler struct {
 	client.Client
-	Scheme    *runtime.Scheme
+	Scheme *runtime.Scheme
 	// PolicyGate: as FunctionReconciler's.
 	PolicyGate string
-	PublicURL string
+	PublicURL  string
 	// Recorder, when set, records when a cron trigger's CronJob is created or moves to a new image.
 	Recorder record.EventRecorder
 }
