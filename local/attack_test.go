@@ -17,8 +17,6 @@ import (
 	"time"
 
 	"github.com/sless-dev/sless/api/apiv1"
-	"github.com/sless-dev/sless/api/auth"
-	"github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
@@ -102,14 +100,7 @@ func TestContainment(t *testing.T) {
 	}
 
 	// The victim: another tenant's function.
-	victimToken, _ := auth.IssueHS256(devSecret(t, u), "victim@example.com", time.Hour)
-	victim, err := client.New(u.url, victimToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := victim.EnsureNamespace(ctx); err != nil {
-		t.Fatal(err)
-	}
+	victim := otherTenant(t, u, "victim@example.com")
 	if _, err := victim.CreateFunction(ctx, apiv1.Function{Name: "v", Runtime: "python3.11"}); err != nil {
 		t.Fatal(err)
 	}

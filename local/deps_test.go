@@ -23,8 +23,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/sless-dev/sless/api/apiv1"
-	"github.com/sless-dev/sless/api/auth"
-	"github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/internal/testenv"
 )
@@ -342,14 +340,7 @@ func TestOneTenantsStuckBuildsDoNotBlockAnother(t *testing.T) {
 		return f != nil && f.Status.Phase == apiv1.PhaseBuilding
 	}, "the stuck tenant's builds to start")
 
-	bobToken, _ := auth.IssueHS256(devSecret(t, u), "bob@example.com", time.Hour)
-	bob, err := client.New(u.url, bobToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bob.EnsureNamespace(ctx); err != nil {
-		t.Fatal(err)
-	}
+	bob := otherTenant(t, u, "bob@example.com")
 	if _, err := bob.CreateFunction(ctx, apiv1.Function{Name: "free", Runtime: "python3.11"}); err != nil {
 		t.Fatal(err)
 	}

@@ -497,6 +497,20 @@ func uploadRaw(t *testing.T, u *up, token, name string, z []byte) int {
 	return resp.StatusCode
 }
 
+// otherTenant is an API client of another user (subject sub), its namespace ensured.
+func otherTenant(t *testing.T, u *up, sub string) *client.Client {
+	t.Helper()
+	token, _ := auth.IssueHS256(devSecret(t, u), sub, time.Hour)
+	c, err := client.New(u.url, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.EnsureNamespace(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func devSecret(t *testing.T, u *up) []byte {
 	b, err := os.ReadFile(filepath.Join(u.dataDir, "dev-secret"))
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/api/apiv1"
-	apiclient "github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/internal/k1n"
 	"github.com/sless-dev/sless/internal/testenv"
 )
@@ -176,7 +175,7 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 			"kubelet": "http://" + k1n.NodeIP + ":10250/", "npm_direct": cluster.NPM.URL + "/leftpad-sless",
 		}
 		pkg := testenv.DepsAttackPackage(probes, "no-index-credential-here", cluster.NPM.URL+"/leftpad-sless", cluster.S3Endpoint+"/")
-		f := deployFailing(t, attacker, "jsdeps", "nodejs20", map[string]string{"handler.js": "exports.handle = async () => 1\n", "package.json": pkg})
+		f := deployUntil(t, attacker, "jsdeps", "nodejs20", map[string]string{"handler.js": "exports.handle = async () => 1\n", "package.json": pkg}, apiv1.PhaseFailed)
 		got, err := testenv.DepsAttackResult(f.Status.Message)
 		if err != nil {
 			t.Fatal(err)
@@ -190,24 +189,4 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 			t.Errorf("through the index proxy: the registry %v (want 200), another host %v (want 403)", got["proxy_registry"], got["proxy_other"])
 		}
 	})
-}
-
-// deployFailing uploads and waits until the function's build has failed.
-func deployFailing(t *testing.T, c *apiclient.Client, fn, runtime string, files map[string]string) *apiv1.Function {
-	t.Helper()
-	ctx := context.Background()
-	if _, err := c.CreateFunction(ctx, apiv1.Function{Name: fn, Runtime: runtime}); err != nil {
-		t.Fatal(err)
-	}
-	z := testenv.Zip(files)
-	up, err := c.Upload(ctx, fn, strings.NewReader(string(z)), int64(len(z)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f *apiv1.Function
-	waitFor(t, fn+" failed", 3*time.Minute, func() bool {
-		f, err = c.GetFunction(ctx, fn)
-		return err == nil && f.Status.CodeSHA256 == up.CodeSHA256 && f.Status.Phase == apiv1.PhaseFailed
-	})
-	return f
 }

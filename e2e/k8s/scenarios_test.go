@@ -30,6 +30,13 @@ import (
 // Ready on this code.
 func deploy(t *testing.T, c *apiclient.Client, fn, runtime string, files map[string]string) *apiv1.Function {
 	t.Helper()
+	return deployUntil(t, c, fn, runtime, files, apiv1.PhaseReady)
+}
+
+// deployUntil creates (if needed) and uploads, then waits for phase on the new code (Ready or
+// Failed; the other one fails the test).
+func deployUntil(t *testing.T, c *apiclient.Client, fn, runtime string, files map[string]string, phase apiv1.Phase) *apiv1.Function {
+	t.Helper()
 	ctx := context.Background()
 	if _, err := c.GetFunction(ctx, fn); apiclient.IsNotFound(err) {
 		if _, err := c.CreateFunction(ctx, apiv1.Function{Name: fn, Runtime: runtime}); err != nil {
@@ -42,12 +49,15 @@ func deploy(t *testing.T, c *apiclient.Client, fn, runtime string, files map[str
 		t.Fatal(err)
 	}
 	var f *apiv1.Function
-	waitFor(t, fn+" Ready on the new code", 3*time.Minute, func() bool {
+	waitFor(t, fmt.Sprintf("%s %s on the new code", fn, phase), 3*time.Minute, func() bool {
 		f, err = c.GetFunction(ctx, fn)
-		if err == nil && f.Status.Phase == apiv1.PhaseFailed {
-			t.Fatalf("%s failed: %s", fn, f.Status.Message)
+		if err != nil || f.Status.CodeSHA256 != up.CodeSHA256 {
+			return false
 		}
-		return err == nil && f.Status.CodeSHA256 == up.CodeSHA256 && f.Status.Phase == apiv1.PhaseReady
+		if f.Status.Phase != phase && (f.Status.Phase == apiv1.PhaseFailed || f.Status.Phase == apiv1.PhaseReady) {
+			t.Fatalf("%s %s: %s", fn, f.Status.Phase, f.Status.Message)
+		}
+		return f.Status.Phase == phase
 	})
 	return f
 }
