@@ -30,6 +30,7 @@ func benchRuntimes(ctx context.Context, c config, work, reg string) error {
 		return err
 	}
 	root, _ := repoRoot()
+	var uidRows []string
 	for _, tc := range []struct{ runtime, example string }{{"python3.11", "hello-python"}, {"nodejs20", "hello-node"}} {
 		rt, _ := runtimes.Lookup(tc.runtime)
 		baseRef := reg + "/sless/base-" + tc.runtime + ":latest"
@@ -79,6 +80,30 @@ func benchRuntimes(ctx context.Context, c config, work, reg string) error {
 		slices.Sort(lat)
 		fmt.Printf("| %s | %.1f MB | %s | %d µs / %d µs |\n", tc.runtime, float64(size)/1e6, cold.summary(),
 			lat[len(lat)/2].Microseconds(), lat[len(lat)*99/100].Microseconds())
+		// A new tenant's first start: its container in a uid range never used before (sless up's
+		// --uidmap onto the tenant's range; idmapped overlay mounts, no copy of the image), side
+		// by side with the same start unmapped.
+		mapped, plain := &series{name: "new range " + tc.runtime}, &series{name: "unmapped " + tc.runtime}
+		for i := 0; i < 5; i++ {
+			base := 1<<30 + (time.Now().UnixNano()%4096)*65536 // a range no earlier run used
+			m := fmt.Sprintf("0:%d:65536", base)
+			d, _, err := coldStart(ctx, work, image, false, "--uidmap", m, "--gidmap", m)
+			if err != nil {
+				return err
+			}
+			mapped.ds = append(mapped.ds, d)
+			if d, _, err = coldStart(ctx, work, image, false); err != nil {
+				return err
+			}
+			plain.ds = append(plain.ds, d)
+		}
+		uidRows = append(uidRows, fmt.Sprintf("| %s | %s | %s | %.2f |", tc.runtime, mapped.summary(), plain.summary(),
+			ratio(mapped, plain)))
+	}
+	fmt.Println("\n| runtime | cold start, a new tenant's uid range (n) | cold start, unmapped (n) | ratio |")
+	fmt.Println("|---|---|---|---|")
+	for _, r := range uidRows {
+		fmt.Println(r)
 	}
 	return nil
 }
@@ -92,7 +117,7 @@ func podmanVersion(ctx context.Context, work string) string {
 }
 
 // coldStart runs the image, waits for the handler's first 200 and, if asked, times 1,000 requests.
-func coldStart(ctx context.Context, work string, image name.Digest, requests bool) (time.Duration, []time.Duration, error) {
+func coldStart(ctx context.Context, work string, image name.Digest, requests bool, extra ...string) (time.Duration, []time.Duration, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, nil, err
@@ -101,7 +126,7 @@ func coldStart(ctx context.Context, work string, image name.Digest, requests boo
 	ln.Close()
 	cname := fmt.Sprintf("sless-bench-%d", port)
 	args := append([]string{"run", "-d", "--rm", "--name", cname}, podmanRunFlags...)
-	args = append(args, "-e", fmt.Sprintf("PORT=%d", port), "-e", "HOST=127.0.0.1", image.String())
+	args = append(append(args, extra...), "-e", fmt.Sprintf("PORT=%d", port), "-e", "HOST=127.0.0.1", image.String())
 	start := time.Now()
 	if out, err := podmanCmd(ctx, work, args...).CombinedOutput(); err != nil {
 		return 0, nil, fmt.Errorf("podman run: %v\n%s", err, out)
