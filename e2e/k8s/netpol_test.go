@@ -53,6 +53,33 @@ def handle(event):
         return dict(zip(targets, ex.map(probe, targets.values())))
 `
 
+// jsNetProbe is netProbe for node.
+const jsNetProbe = `const net = require('net'), dgram = require('dgram');
+const tcp = (host, port) => new Promise((res) => {
+  const s = net.connect({ host, port: Number(port), timeout: 2000 });
+  s.on('connect', () => { s.destroy(); res('open'); });
+  s.on('timeout', () => { s.destroy(); res('blocked'); });
+  s.on('error', () => res('blocked'));
+});
+const dns = (host, port) => new Promise((res) => {
+  const labels = 'kubernetes.default.svc.cluster.local'.split('.');
+  const q = Buffer.concat([Buffer.from([0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0]),
+    ...labels.map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)])), Buffer.from([0, 0, 1, 0, 1])]);
+  const s = dgram.createSocket('udp4');
+  const done = (v) => { try { s.close(); } catch (e) {} res(v); };
+  const timer = setTimeout(() => done('blocked'), 2000);
+  s.on('message', (m) => { clearTimeout(timer); done(m[0] === 0x12 && m[1] === 0x34 ? 'answered' : 'blocked'); });
+  s.on('error', () => { clearTimeout(timer); done('blocked'); });
+  s.send(q, Number(port), host);
+});
+exports.handle = async (event) => {
+  const targets = event.targets || JSON.parse(event.query.t[0]);
+  const keys = Object.keys(targets);
+  const got = await Promise.all(keys.map((k) => { const [kind, host, port] = targets[k].split(':'); return kind === 'tcp' ? tcp(host, port) : dns(host, port); }));
+  return Object.fromEntries(keys.map((k, i) => [k, got[i]]));
+};
+`
+
 // The tenant NetworkPolicies, enforced by the cluster's kube-router: per rule, a connection the
 // policy denies and one it allows, from inside a function pod.
 func TestNetworkPoliciesEnforced(t *testing.T) {
@@ -61,6 +88,7 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 	victim, attacker := tenant(t, subject("np-victim")), tenant(t, subject("np-attacker"))
 	v := deploy(t, victim, "app", "python3.11", map[string]string{"handler.py": "def handle(event):\n    return 'victim'\n"})
 	deploy(t, attacker, "probe", "python3.11", map[string]string{"handler.py": netProbe})
+	deploy(t, attacker, "probejs", "nodejs20", map[string]string{"handler.js": jsNetProbe})
 
 	podIP := func(ns string, labels client.MatchingLabels) string {
 		var pods corev1.PodList
@@ -130,16 +158,34 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 		targets[k] = k
 	}
 	tj, _ := json.Marshal(targets)
-	code, body := get(cluster.Endpoint + "/fn/" + attacker.Namespace() + "/probe?t=" + url.QueryEscape(string(tj)))
-	var got map[string]string
-	if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil {
-		t.Fatalf("%d %s", code, body)
-	}
-	for k, w := range want {
-		if got[k] != w {
-			t.Errorf("from a function pod, %s: %s, want %s", k, got[k], w)
+	for _, fn := range []string{"probe", "probejs"} {
+		code, body := get(cluster.Endpoint + "/fn/" + attacker.Namespace() + "/" + fn + "?t=" + url.QueryEscape(string(tj)))
+		var got map[string]string
+		if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil {
+			t.Fatalf("%s: %d %s", fn, code, body)
+		}
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("from a function pod (%s), %s: %s, want %s", fn, k, got[k], w)
+			}
 		}
 	}
+
+	// A fork bomb is held by the pod's pids limit (the kubelet's podPidsLimit); the neighbour
+	// serves on.
+	t.Run("fork bomb", func(t *testing.T) {
+		bomb := "import os\ndef handle(event):\n    n = 0\n    try:\n        while n < 5000:\n            os.posix_spawn('/bin/sleep', ['sleep', '30'], {})\n            n += 1\n    except OSError:\n        pass\n    return n\n"
+		deploy(t, attacker, "bomb", "python3.11", map[string]string{"handler.py": bomb})
+		code, body := get(cluster.Endpoint + "/fn/" + attacker.Namespace() + "/bomb")
+		var n int
+		if err := json.Unmarshal([]byte(body), &n); code != 200 || err != nil || n >= 256 {
+			t.Errorf("fork bomb: %d %s, want fewer than 256 processes (podPidsLimit)", code, body)
+		}
+		if code, body := get(v.Status.URL); code != 200 || !strings.Contains(body, "victim") {
+			t.Errorf("the victim during the fork bomb: %d %s", code, body)
+		}
+		t.Logf("fork bomb stopped at %d processes", n)
+	})
 	// Allowed: ingress from the operator's namespace (/fn/) to the victim.
 	if code, body := get(v.Status.URL); code != 200 || !strings.Contains(body, "victim") {
 		t.Errorf("/fn/ to the victim: %d %s", code, body)
@@ -174,7 +220,7 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 			"operator_pod": "http://" + operatorIP + ":8080/healthz", "victim_pod": "http://" + victimIP + ":8080/",
 			"kubelet": "http://" + k1n.NodeIP + ":10250/", "npm_direct": cluster.NPM.URL + "/leftpad-sless",
 		}
-		pkg := testenv.DepsAttackPackage(probes, "no-index-credential-here", cluster.NPM.URL+"/leftpad-sless", cluster.S3Endpoint+"/")
+		pkg := testenv.DepsAttackPackage(probes, cluster.NPMSecret, cluster.NPM.URL+"/leftpad-sless", cluster.S3Endpoint+"/")
 		f := deployUntil(t, attacker, "jsdeps", "nodejs20", map[string]string{"handler.js": "exports.handle = async () => 1\n", "package.json": pkg}, apiv1.PhaseFailed)
 		got, err := testenv.DepsAttackResult(f.Status.Message)
 		if err != nil {
@@ -185,6 +231,13 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 				t.Errorf("from a deps pod, %s (%s): %v, want unreachable", k, probes[k], got[k])
 			}
 		}
+		if leaks, _ := got["leaks"].([]any); len(leaks) != 0 {
+			t.Errorf("the installer found the index credential in %v", leaks)
+		}
+		if strings.Contains(f.Status.Message, cluster.NPMSecret) {
+			t.Error("the status shows the index credential")
+		}
+		// 200 only with the credential, which the proxy adds.
 		if got["proxy_registry"] != float64(200) || got["proxy_other"] != float64(403) {
 			t.Errorf("through the index proxy: the registry %v (want 200), another host %v (want 403)", got["proxy_registry"], got["proxy_other"])
 		}

@@ -322,6 +322,9 @@ authorization:
 clusterDomain: cluster.local
 clusterDNS: [$K1N_DNS_IP]
 resolvConf: /etc/resolv.conf
+# A pod's processes are bounded: a fork bomb in one tenant's pod cannot exhaust the node's pids
+# (Kubernetes has no per-pod pids field; a cluster running sless sets this).
+podPidsLimit: 256
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99

@@ -44,6 +44,7 @@ type Env struct {
 	Code         *codestore.S3        // the code store the operator uses
 	S3Endpoint   string               // MinIO's URL (on the bridge address)
 	NPM          *testenv.NPMRegistry // an npm registry on the bridge address serving leftpad-sless
+	NPMSecret    string               // its password, which only the operator (its index proxy) is given
 	key          *rsa.PrivateKey
 	log          io.Writer
 	closers      []func()
@@ -116,13 +117,18 @@ func Start(log io.Writer) (_ *Env, err error) {
 		return nil, &MissingError{"an npm registry on the bridge address", err}
 	}
 	e.closers = append(e.closers, e.NPM.Close)
+	// The registry wants a credential only the operator's index proxy holds.
+	pw := make([]byte, 12)
+	rand.Read(pw)
+	e.NPMSecret = fmt.Sprintf("%x", pw)
+	npmURL := e.NPM.RequireBasicAuth("ci", e.NPMSecret)
 	e.key, _ = rsa.GenerateKey(rand.Reader, 2048)
 	der, _ := x509.MarshalPKIXPublicKey(&e.key.PublicKey)
 	pub := filepath.Join(tmp, "jwt.pem")
 	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644); err != nil {
 		return nil, err
 	}
-	out, err := e.script([]string{"SLESS_S3_ENDPOINT=" + s3.Endpoint, "SLESS_JWT_PUBLIC_KEY=" + pub, "SLESS_NPM_REGISTRY=" + e.NPM.URL,
+	out, err := e.script([]string{"SLESS_S3_ENDPOINT=" + s3.Endpoint, "SLESS_JWT_PUBLIC_KEY=" + pub, "SLESS_NPM_REGISTRY=" + npmURL,
 		"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey}, "install-sless.sh")
 	if err != nil {
 		return nil, &MissingError{"sless installed in the cluster (hack/k8s/install-sless.sh)", err}

@@ -31,10 +31,12 @@ type NPMRegistry struct {
 	// LastTarballClient is the address (IP) the last tarball download came from: a proxy's, when
 	// installs go through one.
 	LastTarballClient atomic.Value
-	srv               *http.Server
-	tarballs          map[string][]byte // path -> .tgz
-	integrity         map[string]string // name -> sha512 SRI of its tarball
-	packs             map[string]NPMPackage
+	// auth, when set ("user:password"), is required of every request (RequireBasicAuth).
+	auth      atomic.Value
+	srv       *http.Server
+	tarballs  map[string][]byte // path -> .tgz
+	integrity map[string]string // name -> sha512 SRI of its tarball
+	packs     map[string]NPMPackage
 }
 
 // StartNPMRegistry serves pkgs on host (a free port there) until Close.
@@ -63,6 +65,13 @@ func StartNPMRegistry(host string, pkgs ...NPMPackage) (*NPMRegistry, error) {
 		})
 	}
 	r.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if want, _ := r.auth.Load().(string); want != "" {
+			if u, p, ok := req.BasicAuth(); !ok || u+":"+p != want {
+				w.Header().Set("WWW-Authenticate", `Basic realm="npm"`)
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+		}
 		if b, ok := r.tarballs[req.URL.Path]; ok {
 			host, _, _ := net.SplitHostPort(req.RemoteAddr)
 			r.LastTarballClient.Store(host)
@@ -128,4 +137,11 @@ func npmTarball(p NPMPackage) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// RequireBasicAuth makes the registry answer 401 to requests without user:password, and returns
+// its URL with them (what an index URL with credentials looks like).
+func (r *NPMRegistry) RequireBasicAuth(user, password string) string {
+	r.auth.Store(user + ":" + password)
+	return strings.Replace(r.URL, "://", "://"+user+":"+password+"@", 1)
 }
