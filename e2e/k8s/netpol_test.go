@@ -222,24 +222,43 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 		}
 		pkg := testenv.DepsAttackPackage(probes, cluster.NPMSecret, cluster.NPM.URL+"/leftpad-sless", cluster.S3Endpoint+"/")
 		f := deployUntil(t, attacker, "jsdeps", "nodejs20", map[string]string{"handler.js": "exports.handle = async () => 1\n", "package.json": pkg}, apiv1.PhaseFailed)
-		got, err := testenv.DepsAttackResult(f.Status.Message)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k := range probes {
-			if got[k] != "unreachable" {
-				t.Errorf("from a deps pod, %s (%s): %v, want unreachable", k, probes[k], got[k])
-			}
-		}
-		if leaks, _ := got["leaks"].([]any); len(leaks) != 0 {
-			t.Errorf("the installer found the index credential in %v", leaks)
-		}
-		if strings.Contains(f.Status.Message, cluster.NPMSecret) {
-			t.Error("the status shows the index credential")
-		}
-		// 200 only with the credential, which the proxy adds.
-		if got["proxy_registry"] != float64(200) || got["proxy_other"] != float64(403) {
-			t.Errorf("through the index proxy: the registry %v (want 200), another host %v (want 403)", got["proxy_registry"], got["proxy_other"])
-		}
+		checkInstall(t, f, probes)
 	})
+	t.Run("from a setup.py (pip)", func(t *testing.T) {
+		probes := map[string]string{
+			"s3": cluster.S3Endpoint + "/", "api_nodeport": cluster.Endpoint + "/healthz",
+			"operator_pod": "http://" + operatorIP + ":8080/healthz", "victim_pod": "http://" + victimIP + ":8080/",
+			"kubelet": "http://" + k1n.NodeIP + ":10250/", "pip_direct": cluster.PIP.URL + "/evil/",
+		}
+		file, data := testenv.PipAttackSdist(probes, cluster.NPMSecret, cluster.PIP.URL+"/evil/", cluster.S3Endpoint+"/")
+		cluster.PIP.Add("evil", file, data)
+		f := deployUntil(t, attacker, "pydeps", "python3.11", map[string]string{"handler.py": "def handle(e):\n    return 1\n", "requirements.txt": "evil==1.0\n"}, apiv1.PhaseFailed)
+		checkInstall(t, f, probes)
+	})
+}
+
+// checkInstall reads a failed install's ATTACK line: every probe unreachable, the credential
+// found nowhere, the index proxy serving the configured index (which wants the credential the
+// proxy adds) and refusing another host.
+func checkInstall(t *testing.T, f *apiv1.Function, probes map[string]string) {
+	t.Helper()
+	got, err := testenv.DepsAttackResult(f.Status.Message)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range probes {
+		if got[k] != "unreachable" {
+			t.Errorf("from a deps pod, %s (%s): %v, want unreachable", k, probes[k], got[k])
+		}
+	}
+	if leaks, _ := got["leaks"].([]any); len(leaks) != 0 {
+		t.Errorf("the installer found the index credential in %v", leaks)
+	}
+	if strings.Contains(f.Status.Message, cluster.NPMSecret) {
+		t.Error("the status shows the index credential")
+	}
+	// 200 only with the credential, which the proxy adds.
+	if got["proxy_registry"] != float64(200) || got["proxy_other"] != float64(403) {
+		t.Errorf("through the index proxy: the registry %v (want 200), another host %v (want 403)", got["proxy_registry"], got["proxy_other"])
+	}
 }

@@ -94,8 +94,10 @@ port_free() { ! ss -Hltn "( sport = :$1 )" | grep -q .; }
 # and etcd member URLs across restarts), else a free one.
 choose_port() {
   local f=$K1N/$1.port p=${2:-}
-  if [ -z "$p" ] && [ -f "$f" ] && port_free "$(cat "$f")"; then p=$(cat "$f"); fi
-  while [ -z "$p" ]; do p=$((20000 + RANDOM % 30000)); port_free "$p" || p=; done
+  # Below the NodePort range (30000–32767), which kube-router lets pods reach on the node: a host
+  # service there would be open to every pod whatever its NetworkPolicy says.
+  if [ -z "$p" ] && [ -f "$f" ] && port_free "$(cat "$f")" && [ "$(cat "$f")" -lt 30000 ]; then p=$(cat "$f"); fi
+  while [ -z "$p" ]; do p=$((20000 + RANDOM % 10000)); port_free "$p" || p=; done
   echo "$p" > "$f"; echo "$p"
 }
 

@@ -44,7 +44,8 @@ type Env struct {
 	Code         *codestore.S3        // the code store the operator uses
 	S3Endpoint   string               // MinIO's URL (on the bridge address)
 	NPM          *testenv.NPMRegistry // an npm registry on the bridge address serving leftpad-sless
-	NPMSecret    string               // its password, which only the operator (its index proxy) is given
+	PIP          *testenv.PipIndex    // a pip index on the bridge address (empty until a test adds to it)
+	NPMSecret    string               // NPM's and PIP's password, which only the operator (its index proxy) is given
 	key          *rsa.PrivateKey
 	log          io.Writer
 	closers      []func()
@@ -122,13 +123,18 @@ func Start(log io.Writer) (_ *Env, err error) {
 	rand.Read(pw)
 	e.NPMSecret = fmt.Sprintf("%x", pw)
 	npmURL := e.NPM.RequireBasicAuth("ci", e.NPMSecret)
+	if e.PIP, err = testenv.StartPipIndex(NodeIP); err != nil {
+		return nil, &MissingError{"a pip index on the bridge address", err}
+	}
+	e.closers = append(e.closers, e.PIP.Close)
+	pipURL := e.PIP.RequireBasicAuth("ci", e.NPMSecret)
 	e.key, _ = rsa.GenerateKey(rand.Reader, 2048)
 	der, _ := x509.MarshalPKIXPublicKey(&e.key.PublicKey)
 	pub := filepath.Join(tmp, "jwt.pem")
 	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644); err != nil {
 		return nil, err
 	}
-	out, err := e.script([]string{"SLESS_S3_ENDPOINT=" + s3.Endpoint, "SLESS_JWT_PUBLIC_KEY=" + pub, "SLESS_NPM_REGISTRY=" + npmURL,
+	out, err := e.script([]string{"SLESS_S3_ENDPOINT=" + s3.Endpoint, "SLESS_JWT_PUBLIC_KEY=" + pub, "SLESS_NPM_REGISTRY=" + npmURL, "SLESS_PIP_INDEX_URL=" + pipURL,
 		"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey}, "install-sless.sh")
 	if err != nil {
 		return nil, &MissingError{"sless installed in the cluster (hack/k8s/install-sless.sh)", err}

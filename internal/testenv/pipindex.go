@@ -1,0 +1,80 @@
+package testenv
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// PipIndex is a PEP 503 simple index serving files a test adds (PyPI is unreachable here).
+type PipIndex struct {
+	// URL is the index as pip's --index-url names it (…/simple), without credentials.
+	URL  string
+	srv  *http.Server
+	mu   sync.Mutex
+	pkgs map[string][2]any // name -> {file name, bytes}
+	auth string            // "user:password" required when set
+}
+
+// StartPipIndex serves on host (a free port there) until Close.
+func StartPipIndex(host string) (*PipIndex, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, err
+	}
+	ix := &PipIndex{URL: "http://" + ln.Addr().String() + "/simple", pkgs: map[string][2]any{}}
+	ix.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(ix.serve)}
+	go ix.srv.Serve(ln)
+	return ix, nil
+}
+
+func (ix *PipIndex) serve(w http.ResponseWriter, r *http.Request) {
+	ix.mu.Lock()
+	auth := ix.auth
+	ix.mu.Unlock()
+	if auth != "" {
+		if u, p, ok := r.BasicAuth(); !ok || u+":"+p != auth {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+	}
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	switch {
+	case len(parts) == 2 && parts[0] == "simple":
+		if f, ok := ix.pkgs[parts[1]]; ok {
+			fmt.Fprintf(w, "<html><body><a href=\"/files/%s\">%s</a></body></html>", f[0], f[0])
+			return
+		}
+	case len(parts) == 2 && parts[0] == "files":
+		for _, f := range ix.pkgs {
+			if f[0] == parts[1] {
+				w.Write(f[1].([]byte))
+				return
+			}
+		}
+	}
+	http.NotFound(w, r)
+}
+
+// Add serves file (a wheel or sdist named file) as package name's only release.
+func (ix *PipIndex) Add(name, file string, data []byte) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.pkgs[name] = [2]any{file, data}
+}
+
+// RequireBasicAuth makes the index answer 401 without user:password and returns its URL with them.
+func (ix *PipIndex) RequireBasicAuth(user, password string) string {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.auth = user + ":" + password
+	return strings.Replace(ix.URL, "://", "://"+user+":"+password+"@", 1)
+}
+
+// Close stops the index.
+func (ix *PipIndex) Close() { ix.srv.Close() }
