@@ -102,8 +102,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.pullSecret, "pull-secret-file", "", "with a registry of your own instead of --registry-auth-dir: .dockerconfigjson copied into every tenant namespace as sless-registry and given to deps Jobs' push step (it must pull function images and push <registry>/sless/deps/*); the operator pushes with DOCKER_CONFIG")
 	fs.IntVar(&c.builds, "max-builds", 2, "concurrent in-process builds")
 	fs.StringVar(&c.operatorImage, "operator-image", "", "this operator's image (by digest): deps Jobs run its `sless deps push`; empty refuses functions with dependencies")
-	fs.StringVar(&c.pipIndex, "pip-index-url", "", "package index for pip installs in deps Jobs (default: the runtime's)")
-	fs.StringVar(&c.npmRegistry, "npm-registry", "", "npm registry for npm installs in deps Jobs (default: the runtime's)")
+	// Index URLs may carry credentials: from the environment (a Secret), never from argv.
+	fs.StringVar(&c.pipIndex, "pip-index-url", os.Getenv("PIP_INDEX_URL"), "package index for pip installs in deps Jobs (default: $PIP_INDEX_URL, else the runtime's); credentials in it go in the environment, not here")
+	fs.StringVar(&c.npmRegistry, "npm-registry", os.Getenv("NPM_REGISTRY"), "npm registry for npm installs in deps Jobs (default: $NPM_REGISTRY, else the runtime's); credentials in it go in the environment, not here")
 	fs.StringVar(&c.egress, "deps-egress", "", "comma-separated CIDR or CIDR:PORT deps Job pods may reach besides DNS and the index proxy (the registry, for their push step), for tenant NetworkPolicies")
 	fs.BoolVar(&c.policyGate, "wait-for-network-policy", false, "start every pod of tenant code with --operator-image's `sless policy-wait`, so none of its code runs before its NetworkPolicy is in force (needs an enforcing NetworkPolicy implementation)")
 	fs.StringVar(&c.indexProxy, "index-proxy-listen", "", "serve the index proxy deps Jobs' installers go through (e.g. :3128, behind the sless-index-proxy Service); empty: installers reach the indexes directly")

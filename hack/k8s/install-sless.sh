@@ -59,6 +59,12 @@ kc -n sless-system create secret generic sless-jwt --from-file=public.pem="$SLES
 s3env=$(mktemp); trap 'rm -f "$s3env"' EXIT; chmod 600 "$s3env"
 printf 'AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n' "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" > "$s3env"
 kc -n sless-system create secret generic sless-s3 --from-env-file="$s3env" --dry-run=client -o yaml | kc_apply -f - >/dev/null
+# The package indexes: their URLs may carry credentials (a Secret, read by the operator from its
+# environment, never its argv).
+ixenv=$(mktemp); chmod 600 "$ixenv"
+printf 'PIP_INDEX_URL=%s\nNPM_REGISTRY=%s\n' "${SLESS_PIP_INDEX_URL:-}" "${SLESS_NPM_REGISTRY:-}" > "$ixenv"
+kc -n sless-system create secret generic sless-indexes --from-env-file="$ixenv" --dry-run=client -o yaml | kc_apply -f - >/dev/null
+rm -f "$ixenv"
 # The registry's keys, shared by `sless registry` and the operator (which derives each tenant's
 # pull credential and each deps Job's push credential from them), and the node's pull-only
 # credential for the operator's own image.
@@ -96,8 +102,6 @@ data:
   OPERATOR_IMAGE: "$OPERATOR_IMAGE"
   S3_ENDPOINT: "$SLESS_S3_ENDPOINT"
   S3_BUCKET: "${SLESS_S3_BUCKET:-sless-code}"
-  PIP_INDEX_URL: "${SLESS_PIP_INDEX_URL:-}"
-  NPM_REGISTRY: "${SLESS_NPM_REGISTRY:-}"
   DEPS_EGRESS: "${SLESS_DEPS_EGRESS:-$K1N_NODE_IP/32:${REG##*:}}"
 YAML
 cat > "$OVERLAY/e2e/service.yaml" <<YAML
