@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"math/big"
 	"net/http"
@@ -27,7 +28,7 @@ func TestJWKS(t *testing.T) {
 		w.Write([]byte(jwks))
 	}))
 	defer keys.Close()
-	v, err := auth.New(auth.WithJWKS(keys.URL))
+	v, err := auth.New(auth.WithJWKS(keys.URL), auth.WithAnyAudience())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,5 +45,20 @@ func TestJWKS(t *testing.T) {
 	other, _ := rsa.GenerateKey(rand.Reader, 2048)
 	if _, err := v.Verify(apitest.Sign(t, jwt.SigningMethodRS256, other, apitest.Claims("alice", nil), "k1")); err == nil {
 		t.Error("token signed by another key with a known kid accepted")
+	}
+
+	// A JWKS URL names a shared identity provider: no audience, no verifier (unless asked for).
+	if _, err := auth.New(auth.WithJWKS(keys.URL)); !errors.Is(err, auth.ErrNoAudience) {
+		t.Errorf("JWKS without an audience: %v, want ErrNoAudience", err)
+	}
+	scoped, err := auth.New(auth.WithJWKS(keys.URL), auth.WithAudience("sless"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scoped.Verify(apitest.Sign(t, jwt.SigningMethodRS256, key, apitest.Claims("alice", map[string]any{"aud": "sless"}), "k1")); err != nil {
+		t.Errorf("a token for sless: %v", err)
+	}
+	if _, err := scoped.Verify(apitest.Sign(t, jwt.SigningMethodRS256, key, apitest.Claims("alice", map[string]any{"aud": "billing"}), "k1")); err == nil {
+		t.Error("a token the provider issued to another application was accepted")
 	}
 }

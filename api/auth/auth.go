@@ -50,7 +50,15 @@ type options struct {
 	logger   *slog.Logger
 	ctx      context.Context
 	jwksURL  string
+	anyAud   bool
 }
+
+// ErrNoAudience: a JWKS URL names a shared identity provider, whose tokens for every other
+// application would be accepted without an audience to tell them apart.
+var ErrNoAudience = errors.New("auth: a JWKS URL needs an audience (--jwt-audience): without one, tokens the identity provider issued to any other application are accepted; --allow-any-audience accepts that knowingly")
+
+// WithAnyAudience accepts a JWKS-verified token whatever its audience (see ErrNoAudience).
+func WithAnyAudience() Option { return func(o *options) error { o.anyAud = true; return nil } }
 
 // WithHS256Secret verifies HS256 tokens with a shared secret (the single-host dev mode).
 func WithHS256Secret(secret []byte) Option {
@@ -168,6 +176,9 @@ func New(opts ...Option) (*Verifier, error) {
 	}
 	if o.kinds != 1 {
 		return nil, errors.New("auth: give exactly one key source: WithJWKS, WithPublicKeyPEM or WithHS256Secret")
+	}
+	if o.jwksURL != "" && o.audience == "" && !o.anyAud {
+		return nil, ErrNoAudience
 	}
 	if o.jwksURL != "" {
 		kf, err := jwksKeyfunc(o)

@@ -69,6 +69,8 @@ type config struct {
 	insecure                                     bool
 	codeDir, s3Endpoint, s3Bucket, s3Region      string
 	jwks, pubKey, secretFile                     string
+	jwtIssuer, jwtAudience                       string
+	anyAudience                                  bool
 	operatorNS, pullSecret, registryAuthDir      string
 	builds                                       int
 	operatorImage, pipIndex, npmRegistry, egress string
@@ -97,6 +99,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.jwks, "jwks-url", "", "verify tokens with this JWKS URL")
 	fs.StringVar(&c.pubKey, "jwt-public-key", "", "verify tokens with this PEM public key file")
 	fs.StringVar(&c.secretFile, "hs256-secret-file", "", "verify HS256 tokens with the secret in this file (development)")
+	fs.StringVar(&c.jwtIssuer, "jwt-issuer", "", "required iss claim")
+	fs.StringVar(&c.jwtAudience, "jwt-audience", "", "required aud claim (required with --jwks-url unless --allow-any-audience)")
+	fs.BoolVar(&c.anyAudience, "allow-any-audience", false, "with --jwks-url and no --jwt-audience, accept tokens the identity provider issued to any application")
 	fs.StringVar(&c.operatorNS, "operator-namespace", "sless-system", "namespace the operator (and the /fn/ proxy) runs in")
 	fs.StringVar(&c.registryAuthDir, "registry-auth-dir", "", "the keys of sless's registry (the sless-registry-auth Secret: "+regauth.SigningKeyFile+", "+regauth.SecretFile+"): the operator pushes as the platform, each tenant namespace gets a pull-only credential for its own repositories, each deps Job a push credential for its key")
 	fs.StringVar(&c.pullSecret, "pull-secret-file", "", "with a registry of your own instead of --registry-auth-dir: .dockerconfigjson copied into every tenant namespace as sless-registry and given to deps Jobs' push step (it must pull function images and push <registry>/sless/deps/*); the operator pushes with DOCKER_CONFIG")
@@ -293,7 +298,17 @@ func (c *config) verifier(ctx context.Context, logger *slog.Logger) (*auth.Verif
 	default:
 		return nil, errors.New("give --jwks-url, --jwt-public-key or --hs256-secret-file")
 	}
-	return auth.New(opt, auth.WithContext(ctx), auth.WithLogger(logger))
+	opts := []auth.Option{opt, auth.WithContext(ctx), auth.WithLogger(logger)}
+	if c.jwtIssuer != "" {
+		opts = append(opts, auth.WithIssuer(c.jwtIssuer))
+	}
+	if c.jwtAudience != "" {
+		opts = append(opts, auth.WithAudience(c.jwtAudience))
+	}
+	if c.anyAudience {
+		opts = append(opts, auth.WithAnyAudience())
+	}
+	return auth.New(opts...)
 }
 
 func newManager() (ctrl.Manager, error) {

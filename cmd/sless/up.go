@@ -44,6 +44,7 @@ func defaultCacheDir() string {
 type upConfig struct {
 	dataDir, listen, regListen, publicURL, podmanRoot, basesDir, basesScript string
 	jwksURL, pubKey, issuer, audience                                        string
+	anyAudience                                                              bool
 	uploadLimit                                                              int64
 	pipIndex, npmRegistry, depsCA                                            string
 	testClock, quiet                                                         bool
@@ -65,7 +66,8 @@ func parseUpFlags(args []string, stderr io.Writer) (*upConfig, error) {
 	fs.StringVar(&c.jwksURL, "jwks-url", "", "verify tokens with keys from this JWKS URL instead of the dev secret")
 	fs.StringVar(&c.pubKey, "jwt-public-key", "", "verify tokens with this PEM public key instead of the dev secret")
 	fs.StringVar(&c.issuer, "jwt-issuer", "", "required iss claim")
-	fs.StringVar(&c.audience, "jwt-audience", "", "required aud claim")
+	fs.StringVar(&c.audience, "jwt-audience", "", "required aud claim (required with --jwks-url unless --allow-any-audience)")
+	fs.BoolVar(&c.anyAudience, "allow-any-audience", false, "with --jwks-url and no --jwt-audience, accept tokens the identity provider issued to any application")
 	fs.Int64Var(&c.uploadLimit, "upload-limit", api.DefaultUploadLimit, "largest accepted code archive in bytes")
 	fs.StringVar(&c.pipIndex, "pip-index-url", "", "package index for pip installs of requirements.txt (default: pip's)")
 	fs.StringVar(&c.npmRegistry, "npm-registry", "", "registry for npm installs of package.json (default: npm's)")
@@ -175,6 +177,9 @@ func (c *upConfig) verifier(ctx context.Context, logger *slog.Logger) (v *auth.V
 	}
 	if c.audience != "" {
 		opts = append(opts, auth.WithAudience(c.audience))
+	}
+	if c.anyAudience {
+		opts = append(opts, auth.WithAnyAudience())
 	}
 	switch {
 	case c.jwksURL != "":
