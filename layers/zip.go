@@ -47,6 +47,9 @@ func zipEntries(r io.ReaderAt, size int64, opts []Option) (*options, []entry, er
 	if size == 0 {
 		return nil, nil, fmt.Errorf("%w: the archive is empty (0 bytes); upload a zip of the function's files", ErrInvalidArchive)
 	}
+	if n, ok := zipRecordCount(r, size); ok && n > uint64(o.maxEntries) {
+		return nil, nil, fmt.Errorf("%w: the archive's directory declares %d entries, more than %d", ErrTooManyEntries, n, o.maxEntries)
+	}
 	zr, err := zip.NewReader(r, size)
 	if err != nil && !errors.Is(err, zip.ErrInsecurePath) { // insecure names are judged below, with reasons
 		return nil, nil, fmt.Errorf("%w: not a readable zip archive: %v", ErrInvalidArchive, err)
