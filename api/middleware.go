@@ -147,20 +147,23 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Get("Authorization")
 		token, ok := strings.CutPrefix(h, "Bearer ")
+		// A refused request's body is not read (a slow one would hold the connection up to the
+		// upload read timeout): the answer goes out at once and the connection closes.
+		refuse := func(err error) {
+			w.Header().Set("Connection", "close")
+			writeError(w, r, err)
+		}
 		if !ok || token == "" {
-			drain(r)
-			writeError(w, r, apiv1.Errorf(apiv1.CodeUnauthenticated, "send a bearer token: Authorization: Bearer <JWT>"))
+			refuse(apiv1.Errorf(apiv1.CodeUnauthenticated, "send a bearer token: Authorization: Bearer <JWT>"))
 			return
 		}
 		caller, err := s.o.verifier.Verify(token)
 		if err != nil {
-			drain(r)
-			writeError(w, r, apiv1.Errorf(apiv1.CodeUnauthenticated, "%v", err))
+			refuse(apiv1.Errorf(apiv1.CodeUnauthenticated, "%v", err))
 			return
 		}
 		if ns := mux.Vars(r)["ns"]; ns != caller.Namespace {
-			drain(r)
-			writeError(w, r, apiv1.Errorf(apiv1.CodeNotFound, "namespace %q not found", ns))
+			refuse(apiv1.Errorf(apiv1.CodeNotFound, "namespace %q not found", ns))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey, caller)))

@@ -1,7 +1,9 @@
 package api_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -75,4 +77,37 @@ func TestServeGracefulShutdown(t *testing.T) {
 	if _, err := http.Get(url + "/healthz"); err == nil {
 		t.Error("a new request was served after shutdown")
 	}
+}
+
+// An unauthenticated upload whose body trickles in is answered 401 at once and its connection
+// closed, instead of being read (up to the 15-minute upload timeout) first.
+func TestSlowBodyBefore401(t *testing.T) {
+	e := apitest.NewEnv(t, apitest.Memstore)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go api.Serve(ctx, api.NewHTTPServer("", e.Srv.Handler(), nil), ln, time.Second)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	fmt.Fprintf(c, "POST /v1/namespaces/%s/functions/f/upload HTTP/1.1\r\nHost: x\r\nContent-Type: application/zip\r\nContent-Length: 10000000\r\n\r\nPK\x03\x04", e.NS)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer within 5 s while the body trickles: %v", err)
+	}
+	if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+		t.Errorf("%d, close %v; want 401 and Connection: close", resp.StatusCode, resp.Close)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Error("the connection stayed open")
+	}
+	t.Logf("401 after %v", time.Since(start).Round(time.Millisecond))
 }
