@@ -1,11 +1,13 @@
 package runtimes_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -260,6 +262,38 @@ func TestConformance(t *testing.T) {
 				}
 				if !strings.Contains(s.errOut(), "boom") {
 					t.Errorf("stderr lacks the traceback: %s", s.errOut())
+				}
+			})
+			// A handler cannot inject headers or split the response: CR/LF in a value, or a name
+			// that is not a token, is an invalid result (500), and the server goes on.
+			t.Run("header injection refused", func(t *testing.T) {
+				for _, path := range []string{"/crlf", "/badname"} {
+					r := do(t, "GET", s.url+path, "", nil)
+					if code, msg := errorCode(t, r.body); r.status != 500 || code != "handler_error" || !strings.Contains(msg, "header") ||
+						r.header.Get("Set-Cookie") != "" {
+						t.Errorf("%s: %d %v %s", path, r.status, r.header, r.body)
+					}
+				}
+				if r := do(t, "GET", s.url+"/text", "", nil); r.status != 200 {
+					t.Errorf("after a refused result: %d", r.status)
+				}
+			})
+			// A negative chunk size must not make the server read until the client closes.
+			t.Run("negative chunk size", func(t *testing.T) {
+				c, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n")
+				c.SetReadDeadline(time.Now().Add(3 * time.Second))
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					t.Fatalf("no answer: %v", err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusBadRequest {
+					t.Errorf("negative chunk size: %d, want 400", resp.StatusCode)
 				}
 			})
 			t.Run("oversize body", func(t *testing.T) {

@@ -103,10 +103,22 @@ function toEvent(req, body) {
   return event;
 }
 
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+// checkHeaders refuses header names that are not HTTP tokens and values with CR, LF or NUL: a
+// handler must not be able to inject headers (Set-Cookie) or split the response.
+function checkHeaders(headers) {
+  for (const [k, v] of Object.entries(headers)) {
+    if (!HEADER_NAME.test(k)) throw new Error(`header name ${JSON.stringify(k)} is not an HTTP token`);
+    if (/[\r\n\0]/.test(String(v))) throw new Error(`header ${JSON.stringify(k)} has CR, LF or NUL in its value`);
+  }
+  return headers;
+}
+
 function toResponse(result) {
   if (result === undefined || result === null) return [204, {}, Buffer.alloc(0)];
   if (typeof result === 'object' && !Buffer.isBuffer(result) && 'statusCode' in result) {
-    const headers = { ...(result.headers || {}) };
+    const headers = checkHeaders({ ...(result.headers || {}) });
     let body = result.body;
     let data;
     if (body === undefined || body === null) data = Buffer.alloc(0);

@@ -8,6 +8,7 @@ import importlib
 import inspect
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -167,13 +168,27 @@ def to_event(method, target, headers, body):
     return event
 
 
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def check_headers(headers):
+    """Refuses header names that are not HTTP tokens and values with CR, LF or NUL: a handler must
+    not be able to inject headers (Set-Cookie) or split the response."""
+    for k, v in headers.items():
+        if not HEADER_NAME.match(k):
+            raise ValueError(f"header name {k!r} is not an HTTP token")
+        if any(c in v for c in "\r\n\0"):
+            raise ValueError(f"header {k!r} has CR, LF or NUL in its value")
+    return headers
+
+
 def to_response(result):
     """Maps a handler result to (status, headers, body bytes)."""
     if result is None:
         return 204, {}, b""
     if isinstance(result, dict) and "statusCode" in result:
         status = int(result["statusCode"])
-        headers = {str(k): str(v) for k, v in (result.get("headers") or {}).items()}
+        headers = check_headers({str(k): str(v) for k, v in (result.get("headers") or {}).items()})
         body = result.get("body")
         if body is None:
             data = b""
@@ -197,6 +212,10 @@ def error_body(code, message):
 
 
 class BodyTooLarge(Exception):
+    pass
+
+
+class BadRequest(Exception):
     pass
 
 
@@ -241,7 +260,12 @@ class Handler(BaseHTTPRequestHandler):
             out = bytearray()
             while True:
                 line = self.rfile.readline(1024)
-                size = int(line.split(b";")[0].strip() or b"0", 16)
+                try:
+                    size = int(line.split(b";")[0].strip() or b"0", 16)
+                except ValueError:
+                    raise BadRequest("invalid chunk size")
+                if size < 0:  # int() takes "-5"; read(-5) would read until the client closes
+                    raise BadRequest("negative chunk size")
                 if size == 0:
                     while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                         pass  # trailers
@@ -272,6 +296,11 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 self._send(413, {"Content-Type": "application/json"},
                            error_body("payload_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes"))
+                return
+            except BadRequest as e:
+                status = 400
+                self.close_connection = True
+                self._send(400, {"Content-Type": "application/json"}, error_body("bad_request", str(e)))
                 return
             event = to_event(self.command, self.path, self.headers, body)
             try:

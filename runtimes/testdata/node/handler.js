@@ -3,6 +3,8 @@ const sleep = (s) => new Promise((r) => setTimeout(r, s * 1000));
 function respond(event) {
   const p = event.path;
   if (p === '/echo') return { event };
+  if (p === '/crlf') return { statusCode: 200, headers: { 'X-Evil': 'a\r\nSet-Cookie: pwned=1' }, body: 'x' };
+  if (p === '/badname') return { statusCode: 200, headers: { 'Bad Name': 'v' }, body: 'x' };
   if (p === '/status') return { statusCode: 201, headers: { 'X-Custom': 'yes', 'Content-Type': 'text/plain' }, body: 'created' };
   if (p === '/none') return undefined;
   if (p === '/text') return 'plain text';

@@ -9,6 +9,10 @@ def handle(event):
         return {"event": event}
     if p == "/status":
         return {"statusCode": 201, "headers": {"X-Custom": "yes", "Content-Type": "text/plain"}, "body": "created"}
+    if p == "/crlf":
+        return {"statusCode": 200, "headers": {"X-Evil": "a\r\nSet-Cookie: pwned=1"}, "body": "x"}
+    if p == "/badname":
+        return {"statusCode": 200, "headers": {"Bad Name": "v"}, "body": "x"}
     if p == "/none":
         return None
     if p == "/text":
