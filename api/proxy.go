@@ -60,7 +60,12 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 				// The caller went away; nobody reads this.
 				w.WriteHeader(499)
 			default:
-				writeError(w, r, apiv1.Errorf(apiv1.CodeUpstreamError, "the function's connection failed: %v", err))
+				// The cause names the instance's address (and the platform's): it goes to this
+				// request's log line, not to the caller.
+				if rec, ok := w.(*recorder); ok {
+					rec.err = err
+				}
+				writeError(w, r, apiv1.Errorf(apiv1.CodeUpstreamError, "the function's connection failed before it answered"))
 			}
 		},
 	}

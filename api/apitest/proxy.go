@@ -140,8 +140,9 @@ func testProxyErrors(t *testing.T, bk Backend) {
 	defer reset.Close()
 	e.Function("reset")
 	e.Ready("reset", reset.URL)
-	if code, ecode, _ := e.Raw("POST", "/fn/"+e.NS+"/reset", "", "text/plain", []byte("once")); code != 502 || ecode != apiv1.CodeUpstreamError {
-		t.Errorf("reset: %d %s", code, ecode)
+	if code, ecode, body := e.Raw("POST", "/fn/"+e.NS+"/reset", "", "text/plain", []byte("once")); code != 502 || ecode != apiv1.CodeUpstreamError ||
+		strings.Contains(string(body), strings.TrimPrefix(reset.URL, "http://")) || strings.Contains(string(body), "127.0.0.1") {
+		t.Errorf("reset: %d %s %s (the 502 must not name the instance's address)", code, ecode, body)
 	}
 	// It reached the function: never sent again (only connections that could not be made are).
 	if n := resetHits.Load(); n != 1 {
@@ -150,8 +151,8 @@ func testProxyErrors(t *testing.T, bk Backend) {
 	e.Function("down")
 	e.Ready("down", "http://127.0.0.1:1")
 	start = time.Now()
-	if code, ecode, _ := e.Raw("GET", "/fn/"+e.NS+"/down", "", "", nil); code != 502 || ecode != apiv1.CodeUpstreamError {
-		t.Errorf("connection refused: %d %s", code, ecode)
+	if code, ecode, body := e.Raw("GET", "/fn/"+e.NS+"/down", "", "", nil); code != 502 || ecode != apiv1.CodeUpstreamError || strings.Contains(string(body), "127.0.0.1") {
+		t.Errorf("connection refused: %d %s %s", code, ecode, body)
 	}
 	if d := time.Since(start); d < 250*time.Millisecond || d > 2*time.Second {
 		t.Errorf("connection refused answered after %v with a 300 ms dial retry", d)
