@@ -28,7 +28,7 @@ func TestJWKS(t *testing.T) {
 		w.Write([]byte(jwks))
 	}))
 	defer keys.Close()
-	v, err := auth.New(auth.WithJWKS(keys.URL), auth.WithAnyAudience())
+	v, err := auth.New(auth.WithJWKS(keys.URL), auth.WithAnyAudience(true))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sless-dev/sless/deps"
+	"github.com/sless-dev/sless/internal/regauth"
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
@@ -258,5 +259,13 @@ func TestShareableBypassesClosed(t *testing.T) {
 				t.Errorf("shared across tenants = %v, want %v", shared, tc.shared)
 			}
 		})
+	}
+}
+
+// The registry's deps credentials (regauth) name the repositories the store writes: one layout.
+func TestLayerRefMatchesRegistryCredentials(t *testing.T) {
+	key := strings.Repeat("ab", 32)
+	if got, want := deps.LayerRef("r:5000/sless/deps", key), "r:5000/"+regauth.DepsRepo(key)+":latest"; got != want {
+		t.Errorf("LayerRef %s, the deps credential's repository %s", got, want)
 	}
 }

@@ -59,6 +59,19 @@ func New(indexURLs, extraHosts []string, log *slog.Logger) (*Proxy, error) {
 	return p, nil
 }
 
+// PublicHosts are the public indexes' hosts an installer needs for a runtime whose index is not
+// configured ("": pip's and npm's defaults), to allow besides the configured ones.
+func PublicHosts(pipIndexURL, npmRegistry string) []string {
+	var hosts []string
+	if pipIndexURL == "" {
+		hosts = append(hosts, "pypi.org", "files.pythonhosted.org")
+	}
+	if npmRegistry == "" {
+		hosts = append(hosts, "registry.npmjs.org")
+	}
+	return hosts
+}
+
 // Sanitize is raw without its credentials: what an installer is given.
 func Sanitize(raw string) string {
 	u, err := url.Parse(raw)
@@ -67,15 +80,6 @@ func Sanitize(raw string) string {
 	}
 	u.User = nil
 	return u.String()
-}
-
-// Allowed lists the allowed host:port pairs.
-func (p *Proxy) Allowed() []string {
-	out := make([]string, 0, len(p.allowed))
-	for h := range p.allowed {
-		out = append(out, h)
-	}
-	return out
 }
 
 func hostPort(host, scheme string) string {

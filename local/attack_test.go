@@ -84,40 +84,16 @@ func TestContainment(t *testing.T) {
 	t.Cleanup(func() { reg.Close() })
 	npmRegistry := "http://ci:" + secret + "@" + regLn.Addr().String() + "/"
 
-	// A pip index, credentialed the same way, serving one sdist whose setup.py attacks (filled in
-	// once the targets are known).
-	type file struct {
-		name string
-		data []byte
-	}
-	var sdist atomic.Pointer[file] // set by the subtest; read by the server (pip is another process)
-	sdist.Store(&file{})
-	var pipAuthed atomic.Int64
-	pipIndex := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if u, p, ok := r.BasicAuth(); !ok || u != "ci" || p != secret {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		pipAuthed.Add(1)
-		f := sdist.Load()
-		switch r.URL.Path {
-		case "/simple/evil/":
-			fmt.Fprintf(w, "<html><body><a href=\"/files/%s\">%s</a></body></html>", f.name, f.name)
-		case "/files/" + f.name:
-			w.Write(f.data)
-		default:
-			http.NotFound(w, r)
-		}
-	})}
-	pipLn, err := net.Listen("tcp", "127.0.0.1:0")
+	// A pip index, credentialed the same way, serving one sdist whose setup.py attacks (added once
+	// the targets are known).
+	pipIndex, err := testenv.StartPipIndex("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	go pipIndex.Serve(pipLn)
-	t.Cleanup(func() { pipIndex.Close() })
-	pipURL := "http://" + pipLn.Addr().String() + "/simple"
+	t.Cleanup(pipIndex.Close)
+	pipWithCreds := pipIndex.RequireBasicAuth("ci", secret)
 
-	u := startUpWith(t, "--npm-registry", npmRegistry, "--pip-index-url", strings.Replace(pipURL, "http://", "http://ci:"+secret+"@", 1))
+	u := startUpWith(t, "--npm-registry", npmRegistry, "--pip-index-url", pipWithCreds)
 	ctx := context.Background()
 	b, err := os.ReadFile(filepath.Join(u.dataDir, "cni", "subnet"))
 	if err != nil {
@@ -242,10 +218,10 @@ func TestContainment(t *testing.T) {
 	}
 
 	t.Run("from a setup.py (pip)", func(t *testing.T) {
-		name, data := testenv.PipAttackSdist(probes, secret, pipURL+"/evil/", fmt.Sprintf("http://127.0.0.1:%d/", canaryPort))
-		sdist.Store(&file{name, data})
+		file, data := testenv.PipAttackSdist(probes, secret, pipIndex.URL+"/evil/", fmt.Sprintf("http://127.0.0.1:%d/", canaryPort))
+		pipIndex.Add("evil", file, data)
 		f := u.deploy(t, "pydeps", "python3.11", map[string]string{"handler.py": "def handle(e):\n    return 1\n", "requirements.txt": "evil==1.0\n"})
-		checkInstall(t, f, pipAuthed.Load)
+		checkInstall(t, f, pipIndex.Lookups.Load) // counted only once authenticated
 	})
 
 	t.Run("from a dependency install", func(t *testing.T) {

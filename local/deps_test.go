@@ -6,16 +6,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,48 +50,15 @@ func wheel(t *testing.T, pkg, version, body string) (string, []byte) {
 	return pkg + "-" + version + "-py3-none-any.whl", buf.Bytes()
 }
 
-// simpleIndex serves wheels as a PEP 503 simple index on 127.0.0.1 and counts package lookups.
-type simpleIndex struct {
-	srv     *httptest.Server
-	lookups atomic.Int64
-	wheels  map[string][2]any // pkg -> {filename, bytes}
-}
-
-func newSimpleIndex(t *testing.T) *simpleIndex {
-	ix := &simpleIndex{wheels: map[string][2]any{}}
-	ix.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-		switch {
-		case len(parts) == 2 && parts[0] == "simple":
-			ix.lookups.Add(1)
-			wh, ok := ix.wheels[parts[1]]
-			if !ok {
-				http.NotFound(w, r)
-				return
-			}
-			sum := sha256.Sum256(wh[1].([]byte))
-			fmt.Fprintf(w, "<html><body><a href=\"/files/%s#sha256=%s\">%s</a></body></html>", wh[0], hex.EncodeToString(sum[:]), wh[0])
-		case len(parts) == 2 && parts[0] == "files":
-			for _, wh := range ix.wheels {
-				if wh[0] == parts[1] {
-					w.Write(wh[1].([]byte))
-					return
-				}
-			}
-			http.NotFound(w, r)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(ix.srv.Close)
-	return ix
-}
-
 func TestDependencies(t *testing.T) {
-	ix := newSimpleIndex(t)
+	ix, err := testenv.StartPipIndex("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ix.Close)
 	name1, whl := wheel(t, "tinypkg", "1.0", "VALUE = 42\n")
-	ix.wheels["tinypkg"] = [2]any{name1, whl}
-	u := startUpWith(t, "--pip-index-url", ix.srv.URL+"/simple")
+	ix.Add("tinypkg", name1, whl)
+	u := startUpWith(t, "--pip-index-url", ix.URL)
 	ns := u.c.Namespace()
 	handler := "import tinypkg\ndef handle(event):\n    return {'value': tinypkg.VALUE, 'v': %d}\n"
 
@@ -111,14 +74,14 @@ func TestDependencies(t *testing.T) {
 		firstKey = f.Status.Build.DepsKey
 		firstLayer = depsLayerDigest(t, u, f.Status.Image)
 	})
-	lookups := ix.lookups.Load()
+	lookups := ix.Lookups.Load()
 	if lookups == 0 {
 		t.Fatal("pip never asked the index")
 	}
 	t.Run("code-only change runs no installer", func(t *testing.T) {
 		f := u.deploy(t, "pyd", "python3.11", map[string]string{"handler.py": fmt.Sprintf(handler, 2), "requirements.txt": "tinypkg==1.0\n"})
-		if !f.Status.Build.DepsCached || f.Status.Build.DepsKey != firstKey || ix.lookups.Load() != lookups {
-			t.Errorf("deps_cached=%v key %s (first %s), index lookups %d → %d", f.Status.Build.DepsCached, f.Status.Build.DepsKey, firstKey, lookups, ix.lookups.Load())
+		if !f.Status.Build.DepsCached || f.Status.Build.DepsKey != firstKey || ix.Lookups.Load() != lookups {
+			t.Errorf("deps_cached=%v key %s (first %s), index lookups %d → %d", f.Status.Build.DepsCached, f.Status.Build.DepsKey, firstKey, lookups, ix.Lookups.Load())
 		}
 		if code, body := u.get("/fn/" + ns + "/pyd"); code != 200 || !strings.Contains(body, `"v": 2`) {
 			t.Errorf("%d %s", code, body)
@@ -126,13 +89,13 @@ func TestDependencies(t *testing.T) {
 	})
 	t.Run("another function with the same manifest shares the layer", func(t *testing.T) {
 		f := u.deploy(t, "pyd2", "python3.11", map[string]string{"handler.py": fmt.Sprintf(handler, 3), "requirements.txt": "tinypkg==1.0\n"})
-		if !f.Status.Build.DepsCached || ix.lookups.Load() != lookups || depsLayerDigest(t, u, f.Status.Image) != firstLayer {
-			t.Errorf("deps_cached=%v lookups %d → %d, layer %s vs %s", f.Status.Build.DepsCached, lookups, ix.lookups.Load(), depsLayerDigest(t, u, f.Status.Image), firstLayer)
+		if !f.Status.Build.DepsCached || ix.Lookups.Load() != lookups || depsLayerDigest(t, u, f.Status.Image) != firstLayer {
+			t.Errorf("deps_cached=%v lookups %d → %d, layer %s vs %s", f.Status.Build.DepsCached, lookups, ix.Lookups.Load(), depsLayerDigest(t, u, f.Status.Image), firstLayer)
 		}
 	})
 	t.Run("a changed manifest gets a new key", func(t *testing.T) {
 		name2, whl2 := wheel(t, "tinypkg", "2.0", "VALUE = 2000\n")
-		ix.wheels["tinypkg"] = [2]any{name2, whl2}
+		ix.Add("tinypkg", name2, whl2)
 		f := u.deploy(t, "pyd2", "python3.11", map[string]string{"handler.py": fmt.Sprintf(handler, 4), "requirements.txt": "tinypkg==2.0\n"})
 		if f.Status.Build.DepsCached || f.Status.Build.DepsKey == firstKey {
 			t.Errorf("build %+v", f.Status.Build)
@@ -160,7 +123,7 @@ func TestDependencies(t *testing.T) {
 		}
 	})
 	t.Run("a re-install of one key gives the same layer", func(t *testing.T) {
-		ix.wheels["tinypkg"] = [2]any{name1, whl}
+		ix.Add("tinypkg", name1, whl)
 		ref, _ := name.ParseReference(deps.LayerRef(u.RegAddr+"/sless/deps", firstKey))
 		desc, err := remote.Head(ref, u.RegOpts()...)
 		if err != nil {

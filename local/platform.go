@@ -113,8 +113,7 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte(cfg.DataDir))
-	p := &Platform{cfg: cfg, instance: hex.EncodeToString(sum[:])[:12], log: cfg.Logger}
+	p := &Platform{cfg: cfg, instance: instanceID(cfg.DataDir), log: cfg.Logger}
 	p.readyErr.Store("installing runtime images")
 	p.ctrl = newController(p)
 	if p.db, err = state.Open(filepath.Join(cfg.DataDir, "state.db"), p.ctrl.changed); err != nil {
@@ -129,7 +128,8 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	if err := p.nets.Create(ctx); err != nil {
 		return fail(err)
 	}
-	ix, err := indexproxy.New([]string{cfg.PipIndexURL, cfg.NPMRegistry}, indexHosts(cfg), cfg.Logger)
+	ix, err := indexproxy.New([]string{cfg.PipIndexURL, cfg.NPMRegistry},
+		append(indexproxy.PublicHosts(cfg.PipIndexURL, cfg.NPMRegistry), cfg.IndexHosts...), cfg.Logger)
 	if err != nil {
 		return fail(err)
 	}
@@ -251,17 +251,10 @@ func (p *Platform) proxyPort() int {
 	return int(ap.Port())
 }
 
-// indexHosts are the extra hosts installs may reach: the public index's for a runtime whose
-// index is not set (pip's and npm's defaults), and those configured.
-func indexHosts(cfg Config) []string {
-	hosts := cfg.IndexHosts
-	if cfg.PipIndexURL == "" {
-		hosts = append(hosts, "pypi.org", "files.pythonhosted.org")
-	}
-	if cfg.NPMRegistry == "" {
-		hosts = append(hosts, "registry.npmjs.org")
-	}
-	return hosts
+// instanceID names the instance of the data dir at abs path dataDir (its containers' label).
+func instanceID(dataDir string) string {
+	sum := sha256.Sum256([]byte(dataDir))
+	return hex.EncodeToString(sum[:])[:12]
 }
 
 // Down removes what an instance left running on the host: its containers (which outlive sless
@@ -271,8 +264,7 @@ func Down(ctx context.Context, dataDir, podmanRoot string) error {
 	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256([]byte(abs))
-	instance := hex.EncodeToString(sum[:])[:12]
+	instance := instanceID(abs)
 	if podmanRoot == "" {
 		podmanRoot = filepath.Join(abs, "podman")
 	}

@@ -18,6 +18,7 @@ func (c *controller) recover(ctx context.Context) error {
 		return err
 	}
 	known := map[string]bool{}
+	var adopt []runner.Function
 	for ns, list := range fns {
 		for _, f := range list {
 			known[ns+"/"+f.Spec.Name] = true
@@ -25,11 +26,12 @@ func (c *controller) recover(ctx context.Context) error {
 			// the moment the platform is ready, before the controller gets to the function.
 			if b, err := p.db.Build(ns, f.Spec.Name); err == nil && b.Image != "" && f.Spec.CodeSHA256 != "" {
 				if rf, err := p.runnerFunction(ns, f.Spec, b.Image); err == nil {
-					p.run.Adopt(ctx, rf)
+					adopt = append(adopt, rf)
 				}
 			}
 		}
 	}
+	p.run.Adopt(ctx, adopt)
 	// After the adoptions: a reconcile must see what was adopted, not start a second container.
 	if err := c.enqueueAll(); err != nil {
 		return err

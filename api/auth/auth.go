@@ -57,8 +57,8 @@ type options struct {
 // application would be accepted without an audience to tell them apart.
 var ErrNoAudience = errors.New("auth: a JWKS URL needs an audience (--jwt-audience): without one, tokens the identity provider issued to any other application are accepted; --allow-any-audience accepts that knowingly")
 
-// WithAnyAudience accepts a JWKS-verified token whatever its audience (see ErrNoAudience).
-func WithAnyAudience() Option { return func(o *options) error { o.anyAud = true; return nil } }
+// WithAnyAudience(true) accepts a JWKS-verified token whatever its audience (see ErrNoAudience).
+func WithAnyAudience(ok bool) Option { return func(o *options) error { o.anyAud = ok; return nil } }
 
 // WithHS256Secret verifies HS256 tokens with a shared secret (the single-host dev mode).
 func WithHS256Secret(secret []byte) Option {
@@ -141,10 +141,10 @@ func jwksKeyfunc(o *options) (jwt.Keyfunc, error) {
 	return kf.Keyfunc, nil
 }
 
-// WithIssuer requires the iss claim to equal iss. The default is not to check it.
+// WithIssuer requires the iss claim to equal iss. The default (and "") is not to check it.
 func WithIssuer(iss string) Option { return func(o *options) error { o.issuer = iss; return nil } }
 
-// WithAudience requires aud to contain aud. The default is not to check it.
+// WithAudience requires aud to contain aud. The default (and "") is not to check it.
 func WithAudience(aud string) Option { return func(o *options) error { o.audience = aud; return nil } }
 
 // WithLeeway allows clock skew on exp, nbf and iat, at most 60 s. The default is 30 s.

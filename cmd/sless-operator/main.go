@@ -152,14 +152,8 @@ func run(ctx context.Context, args []string) error {
 	}
 	if cfg.indexProxy != "" {
 		// Installers run tenant code and get no credential: the proxy adds the indexes' upstream.
-		hosts := cfg.indexHosts
-		if cfg.pipIndex == "" {
-			hosts = append(hosts, "pypi.org", "files.pythonhosted.org")
-		}
-		if cfg.npmRegistry == "" {
-			hosts = append(hosts, "registry.npmjs.org")
-		}
-		p, err := indexproxy.New([]string{cfg.pipIndex, cfg.npmRegistry}, hosts, logger)
+		p, err := indexproxy.New([]string{cfg.pipIndex, cfg.npmRegistry},
+			append(indexproxy.PublicHosts(cfg.pipIndex, cfg.npmRegistry), cfg.indexHosts...), logger)
 		if err != nil {
 			return err
 		}
@@ -298,17 +292,9 @@ func (c *config) verifier(ctx context.Context, logger *slog.Logger) (*auth.Verif
 	default:
 		return nil, errors.New("give --jwks-url, --jwt-public-key or --hs256-secret-file")
 	}
-	opts := []auth.Option{opt, auth.WithContext(ctx), auth.WithLogger(logger)}
-	if c.jwtIssuer != "" {
-		opts = append(opts, auth.WithIssuer(c.jwtIssuer))
-	}
-	if c.jwtAudience != "" {
-		opts = append(opts, auth.WithAudience(c.jwtAudience))
-	}
-	if c.anyAudience {
-		opts = append(opts, auth.WithAnyAudience())
-	}
-	return auth.New(opts...)
+	// Empty issuer and audience check nothing.
+	return auth.New(opt, auth.WithContext(ctx), auth.WithLogger(logger), auth.WithIssuer(c.jwtIssuer), auth.WithAudience(c.jwtAudience),
+		auth.WithAnyAudience(c.anyAudience))
 }
 
 func newManager() (ctrl.Manager, error) {

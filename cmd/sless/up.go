@@ -171,16 +171,9 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // verifier checks tokens with the configured keys, or with the dev secret kept in the data dir
 // (then tokenFile names the dev token written beside it).
 func (c *upConfig) verifier(ctx context.Context, logger *slog.Logger) (v *auth.Verifier, tokenFile string, err error) {
-	opts := []auth.Option{auth.WithLogger(logger), auth.WithContext(ctx)}
-	if c.issuer != "" {
-		opts = append(opts, auth.WithIssuer(c.issuer))
-	}
-	if c.audience != "" {
-		opts = append(opts, auth.WithAudience(c.audience))
-	}
-	if c.anyAudience {
-		opts = append(opts, auth.WithAnyAudience())
-	}
+	// Empty issuer and audience check nothing.
+	opts := []auth.Option{auth.WithLogger(logger), auth.WithContext(ctx), auth.WithIssuer(c.issuer), auth.WithAudience(c.audience),
+		auth.WithAnyAudience(c.anyAudience)}
 	switch {
 	case c.jwksURL != "":
 		opts = append(opts, auth.WithJWKS(c.jwksURL))

@@ -44,7 +44,7 @@ var allowed = map[string][]string{
 	"indexproxy":            {},
 	"local/runner":          {"api", "local/podman", "runspec"},
 	"local/runtimeimages":   {"oci", "runtimes"},
-	"local": {"api", "api/apiv1", "build", "codestore", "deps", "indexproxy", "internal/ports", "internal/regauth", "internal/registry", "local/network", "local/podman", "local/runner",
+	"local": {"api", "api/apiv1", "build", "codestore", "deps", "indexproxy", "internal/regauth", "internal/registry", "local/network", "local/podman", "local/runner",
 		"local/runtimeimages", "local/state", "oci", "runspec"},
 	"provider":          {"api/apiv1", "api/client"},
 	"internal/regauth":  {},

@@ -1,22 +1,28 @@
 package testenv
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// PipIndex is a PEP 503 simple index serving files a test adds (PyPI is unreachable here).
+// PipIndex is a PEP 503 simple index serving files a test adds (PyPI is unreachable here); links
+// carry the file's sha256, as PyPI's do.
 type PipIndex struct {
 	// URL is the index as pip's --index-url names it (…/simple), without credentials.
-	URL  string
-	srv  *http.Server
-	mu   sync.Mutex
-	pkgs map[string][2]any // name -> {file name, bytes}
-	auth string            // "user:password" required when set
+	URL string
+	// Lookups counts requests for a package's page (pip resolving it).
+	Lookups atomic.Int64
+	srv     *http.Server
+	mu      sync.Mutex
+	pkgs    map[string][2]any // name -> {file name, bytes}
+	auth    string            // "user:password" required when set
 }
 
 // StartPipIndex serves on host (a free port there) until Close.
@@ -46,8 +52,10 @@ func (ix *PipIndex) serve(w http.ResponseWriter, r *http.Request) {
 	defer ix.mu.Unlock()
 	switch {
 	case len(parts) == 2 && parts[0] == "simple":
+		ix.Lookups.Add(1)
 		if f, ok := ix.pkgs[parts[1]]; ok {
-			fmt.Fprintf(w, "<html><body><a href=\"/files/%s\">%s</a></body></html>", f[0], f[0])
+			sum := sha256.Sum256(f[1].([]byte))
+			fmt.Fprintf(w, "<html><body><a href=\"/files/%s#sha256=%s\">%s</a></body></html>", f[0], hex.EncodeToString(sum[:]), f[0])
 			return
 		}
 	case len(parts) == 2 && parts[0] == "files":

@@ -225,8 +225,10 @@ func (r *Runner) Remove(ctx context.Context, name string, grace int) error {
 // does not switch /fn/ to it (Switch does).
 func (r *Runner) Serve(ctx context.Context, f Function) (*Instance, error) {
 	cname := r.ContainerName(f)
-	if inst := r.adopt(ctx, cname); inst != nil {
-		return inst, nil
+	if cs, err := r.List(ctx); err == nil {
+		if inst := r.adopt(ctx, cs, cname); inst != nil {
+			return inst, nil
+		}
 	}
 	r.remove(ctx, cname, 5) // a stopped leftover of the same name, or one on another network
 	labels := map[string]string{runspec.LabelInstance: r.instance, runspec.LabelNamespace: f.Namespace, runspec.LabelFunction: f.Name,
@@ -252,28 +254,30 @@ func (r *Runner) Serve(ctx context.Context, f Function) (*Instance, error) {
 	return inst, nil
 }
 
-// Adopt routes /fn/ to f's container if one of this name runs and answers its health check (after
-// a restart of sless up, before the platform reports ready), and reports whether it did.
-func (r *Runner) Adopt(ctx context.Context, f Function) bool {
-	inst := r.adopt(ctx, r.ContainerName(f))
-	if inst == nil {
-		inst = r.adoptPrevious(ctx, f)
+// Adopt routes /fn/ to each function's running container that answers its health check (after a
+// restart of sless up, before the platform reports ready): the one of its name, else one an
+// earlier version started (adoptPrevious). One listing of the containers serves them all.
+func (r *Runner) Adopt(ctx context.Context, fs []Function) {
+	cs, err := r.List(ctx)
+	if err != nil {
+		return
 	}
-	if inst != nil {
-		r.Switch(f.Namespace, f.Name, inst)
+	for _, f := range fs {
+		inst := r.adopt(ctx, cs, r.ContainerName(f))
+		if inst == nil {
+			inst = r.adoptPrevious(ctx, cs, f)
+		}
+		if inst != nil {
+			r.Switch(f.Namespace, f.Name, inst)
+		}
 	}
-	return inst != nil
 }
 
 // adoptPrevious serves f, for now, from a running container of f that an earlier version
 // started otherwise — on the host's network (reached on 127.0.0.1:<port>), or without the
 // tenant's uid range: Current is false for it, so the controller starts f's container beside it
 // and switches without a failed request.
-func (r *Runner) adoptPrevious(ctx context.Context, f Function) *Instance {
-	cs, err := r.List(ctx)
-	if err != nil {
-		return nil
-	}
+func (r *Runner) adoptPrevious(ctx context.Context, cs []Container, f Function) *Instance {
 	for _, c := range cs {
 		if c.State != "running" || c.Labels[runspec.LabelRole] != string(runspec.RoleFunction) ||
 			c.Labels[runspec.LabelNamespace] != f.Namespace || c.Labels[runspec.LabelFunction] != f.Name {
@@ -323,11 +327,7 @@ func (r *Runner) Current(ctx context.Context, f Function) bool {
 
 // adopt takes over a running container of this name (after a restart of sless up). A running
 // container is never removed for answering its health check slowly: a busy handler can stall it.
-func (r *Runner) adopt(ctx context.Context, cname string) *Instance {
-	cs, err := r.List(ctx)
-	if err != nil {
-		return nil
-	}
+func (r *Runner) adopt(ctx context.Context, cs []Container, cname string) *Instance {
 	for _, c := range cs {
 		if c.Name == cname && c.State == "running" && slices.Contains(c.Networks, r.network) {
 			port, err := strconv.Atoi(c.Labels[runspec.LabelPort])
