@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -75,6 +76,7 @@ type recorder struct {
 	status int
 	bytes  int64
 	err    error
+	fn     bool // served by invoke (under /fn/ or on a function's host)
 }
 
 func (rec *recorder) WriteHeader(code int) {
@@ -107,7 +109,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			rec.status = http.StatusOK
 		}
 		route := "unmatched"
-		if strings.HasPrefix(r.URL.Path, "/fn/") {
+		if rec.fn {
 			route = "/fn/{ns}/{name}"
 		} else if cr := mux.CurrentRoute(r); cr != nil {
 			if t, err := cr.GetPathTemplate(); err == nil {
@@ -115,7 +117,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			}
 		}
 		d := time.Since(start)
-		s.metrics.requests.WithLabelValues(route, methodLabel(r.Method), fmt.Sprint(rec.status)).Inc()
+		s.metrics.requests.WithLabelValues(route, methodLabel(r.Method), codeLabel(rec.status)).Inc()
 		s.metrics.latency.WithLabelValues(route).Observe(d.Seconds())
 		attrs := []slog.Attr{
 			slog.String("method", r.Method), slog.String("route", route), slog.String("path", r.URL.EscapedPath()),
@@ -133,6 +135,15 @@ func (s *Server) observe(next http.Handler) http.Handler {
 // method is any token a client sends: as a label it would grow /metrics without bound.
 var knownMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
 	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true, http.MethodConnect: true, http.MethodTrace: true}
+
+// codeLabel is the status code, or "other" for a code no RFC names: a function chooses its
+// codes, and every one of 100–999 would be a series of its own.
+func codeLabel(code int) string {
+	if http.StatusText(code) == "" {
+		return "other"
+	}
+	return strconv.Itoa(code)
+}
 
 func methodLabel(m string) string {
 	if knownMethods[m] {

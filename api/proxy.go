@@ -21,7 +21,7 @@ type proxyTarget struct {
 	ns, name string
 	url      *url.URL
 	path     string // escaped path for the function, "/" at least
-	prefix   string // "/fn/{ns}/{name}"
+	prefix   string // "/fn/{ns}/{name}"; "" on the function's own host
 }
 
 type proxyTargetKey struct{}
@@ -41,11 +41,19 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 				pr.Out.URL.Path = p
 			}
 			pr.SetXForwarded()
-			pr.Out.Header.Set("X-Forwarded-Prefix", t.prefix)
+			if t.prefix != "" {
+				pr.Out.Header.Set("X-Forwarded-Prefix", t.prefix)
+			}
 			pr.Out.Header.Set("X-Request-Id", RequestIDFrom(pr.In.Context()))
-			// The caller's credentials for the platform are not the function's business.
+			// The caller's credentials for the platform are not the function's business. Cookies
+			// are: the platform sets none, and the ones a function set are scoped to it
+			// (confineResponse).
 			pr.Out.Header.Del("Authorization")
-			pr.Out.Header.Del("Cookie")
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			t := resp.Request.Context().Value(proxyTargetKey{}).(*proxyTarget)
+			confineResponse(resp.Header, t.prefix)
+			return nil
 		},
 		Transport:  &dialRetry{next: s.o.transport, budget: s.o.dialRetry, resolver: s.b.Resolver},
 		BufferPool: bufferPool{},
@@ -71,15 +79,35 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 	}
 }
 
-// invoke serves /fn/{ns}/{name}[/…]: the public entry to a Ready function (DESIGN.md §5).
+// invoke serves /fn/{ns}/{name}[/…], and every path on a function's own host (WithFunctionDomain):
+// the public entry to a Ready function (DESIGN.md §5).
 func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
-	ns, name, rest, ok := splitFnPath(r.URL.EscapedPath())
-	if !ok {
-		writeError(w, r, apiv1.Errorf(apiv1.CodeNotFound, "use /fn/{namespace}/{function}[/path]"))
-		return
+	rec, _ := w.(*recorder)
+	if rec != nil {
+		rec.fn = true
+	}
+	var ns, name, rest, prefix string
+	if s.o.fnDomain != "" {
+		if hns, hname, under, ok := runspec.SplitFunctionHost(s.o.fnDomain, r.Host); under {
+			if !ok {
+				writeError(w, r, apiv1.Errorf(apiv1.CodeNotFound, "no function is served at host %q: use <function>--<namespace>.%s", r.Host, s.o.fnDomain))
+				return
+			}
+			ns, name, rest = hns, hname, r.URL.EscapedPath()
+			if rest == "" || rest[0] != '/' {
+				rest = "/" + rest
+			}
+		}
+	}
+	if name == "" {
+		var ok bool
+		if ns, name, rest, ok = splitFnPath(r.URL.EscapedPath()); !ok {
+			writeError(w, r, apiv1.Errorf(apiv1.CodeNotFound, "use /fn/{namespace}/{function}[/path]"))
+			return
+		}
+		prefix = "/fn/" + mustEscape(ns) + "/" + mustEscape(name)
 	}
 	start := time.Now()
-	rec, _ := w.(*recorder)
 	known := false // only existing functions get records: /fn/ is public, names are not
 	defer func() {
 		if !known {
@@ -94,7 +122,6 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 			DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 		})
 	}()
-	prefix := "/fn/" + mustEscape(ns) + "/" + mustEscape(name)
 	fn, err := s.view.Functions.Get(r.Context(), ns, name)
 	if err == nil && fn.Deleting {
 		err = ErrNotFound // deleted: its last instances may still run while the backend cleans up
@@ -248,3 +275,36 @@ type keptBody struct {
 
 func (b *keptBody) Read(p []byte) (int, error) { b.read = true; return b.r.Read(p) }
 func (b *keptBody) Close() error               { return nil }
+
+// confineResponse keeps a function's response to its own part of the origin it shares with every
+// other function (prefix "/fn/{ns}/{name}") and with the API, and to its own host (prefix ""):
+//   - Service-Worker-Allowed would let /fn/A/sw.js control /fn/B/ (or the whole origin) in a
+//     visitor's browser; Clear-Site-Data would wipe every tenant's storage: both are dropped.
+//   - Set-Cookie loses Domain= (cookies stay host-only: never sent to the parent domain or sibling
+//     functions' hosts), and under /fn/ its Path is placed under the prefix ("/" becomes the
+//     prefix, "/x" prefix+"/x"; a path already under it is kept), so a browser sends it only to
+//     this function. A cookie that does not parse is dropped.
+func confineResponse(h http.Header, prefix string) {
+	h.Del("Service-Worker-Allowed")
+	h.Del("Clear-Site-Data")
+	cookies := h.Values("Set-Cookie")
+	if len(cookies) == 0 {
+		return
+	}
+	h.Del("Set-Cookie")
+	for _, line := range cookies {
+		c, err := http.ParseSetCookie(line)
+		if err != nil {
+			continue
+		}
+		c.Domain = ""
+		if prefix != "" && c.Path != prefix && !strings.HasPrefix(c.Path, prefix+"/") {
+			// An absent Path defaults to the request's directory: for /fn/ns/name that is /fn/ns,
+			// every function of the namespace.
+			c.Path = prefix + strings.TrimSuffix("/"+strings.TrimPrefix(c.Path, "/"), "/")
+		}
+		if v := c.String(); v != "" {
+			h.Add("Set-Cookie", v)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/runspec"
 )
 
 // Defaults of the options below.
@@ -40,6 +41,7 @@ type options struct {
 	registry       *prometheus.Registry
 	transport      http.RoundTripper
 	dialRetry      time.Duration
+	fnDomain       string
 }
 
 // WithVerifier sets how bearer tokens are verified. Required.
@@ -77,6 +79,13 @@ func WithProxyTransport(t http.RoundTripper) Option { return func(o *options) { 
 // ready that is not reachable yet, or one a rollout replaced. The default is 3 seconds; 0 disables
 // it.
 func WithProxyDialRetry(d time.Duration) Option { return func(o *options) { o.dialRetry = d } }
+
+// WithFunctionDomain also serves every function at its own origin, https://<name>--<ns>.<domain>/
+// (runspec.FunctionHost), so that one function's pages cannot script another's. No host below
+// domain serves the API. The default "" serves functions under /fn/ only.
+func WithFunctionDomain(domain string) Option {
+	return func(o *options) { o.fnDomain = strings.TrimSuffix(strings.TrimPrefix(domain, "."), ".") }
+}
 
 // Server is the API. Its Handler serves every route.
 type Server struct {
@@ -131,6 +140,13 @@ func New(b Backend, opts ...Option) (*Server, error) {
 	// /fn/ is the hot path: it skips the router's regexp matching of every /v1 route.
 	fn := s.requestID(s.recoverPanics(s.observe(http.HandlerFunc(s.invoke))))
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.o.fnDomain != "" {
+			// Checked before the path: on a function's host every path is the function's.
+			if _, _, under, _ := runspec.SplitFunctionHost(s.o.fnDomain, r.Host); under {
+				fn.ServeHTTP(w, r)
+				return
+			}
+		}
 		if strings.HasPrefix(r.URL.Path, "/fn/") {
 			fn.ServeHTTP(w, r)
 			return

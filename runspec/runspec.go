@@ -2,6 +2,7 @@ package runspec
 
 import (
 	"encoding/json"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -186,4 +187,38 @@ func FunctionPath(ns, name string) string { return "/fn/" + ns + "/" + name }
 // FunctionURL is a function's public URL under the API's base URL.
 func FunctionURL(base, ns, name string) string {
 	return strings.TrimRight(base, "/") + FunctionPath(ns, name)
+}
+
+// FunctionHost is a function's own host name under domain (`--fn-domain`): "<name>--<ns>.<domain>",
+// the Lambda-URL model, which gives each function its own browser origin. ok is false when the
+// function has none: the label would exceed 63 characters (DNS), or the namespace contains "--"
+// (a host is split at its last "--", so such a namespace could not be told apart).
+func FunctionHost(domain, ns, name string) (host string, ok bool) {
+	label := name + "--" + ns
+	if domain == "" || len(label) > 63 || strings.Contains(ns, "--") {
+		return "", false
+	}
+	return label + "." + domain, true
+}
+
+// SplitFunctionHost is FunctionHost's inverse: host (any case, an optional port and trailing dot)
+// is "<name>--<ns>.<domain>". under is true for every host below domain, also when it names no
+// function: such a host never serves the API.
+func SplitFunctionHost(domain, host string) (ns, name string, under, ok bool) {
+	if domain == "" {
+		return "", "", false, false
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	label, found := strings.CutSuffix(host, "."+strings.ToLower(strings.TrimSuffix(domain, ".")))
+	if !found {
+		return "", "", false, false
+	}
+	i := strings.LastIndex(label, "--")
+	if i <= 0 || i+2 >= len(label) || len(label) > 63 || strings.Contains(label, ".") {
+		return "", "", true, false
+	}
+	return label[i+2:], label[:i], true, true
 }

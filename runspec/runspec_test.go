@@ -3,6 +3,7 @@ package runspec_test
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,5 +90,31 @@ func TestDisabledBy(t *testing.T) {
 func TestFunctionURL(t *testing.T) {
 	if got := runspec.FunctionURL("https://api.example.com/", "sless-1", "hello"); got != "https://api.example.com/fn/sless-1/hello" {
 		t.Errorf("FunctionURL = %s", got)
+	}
+}
+
+func TestFunctionHost(t *testing.T) {
+	const d = "fn.example.com"
+	if h, ok := runspec.FunctionHost(d, "sless-0123456789abcdef", "my--fn"); !ok || h != "my--fn--sless-0123456789abcdef."+d {
+		t.Errorf("%q %v", h, ok)
+	}
+	if ns, name, under, ok := runspec.SplitFunctionHost(d, "MY--FN--sless-0123456789abcdef.Fn.Example.com.:8443"); !under || !ok || ns != "sless-0123456789abcdef" || name != "my--fn" {
+		t.Errorf("split: %q %q %v %v", ns, name, under, ok)
+	}
+	for _, bad := range []string{"x." + d, "--ns." + d, "fn--." + d, "a.fn--ns." + d, strings.Repeat("a", 60) + "--ns." + d} {
+		if _, _, under, ok := runspec.SplitFunctionHost(d, bad); !under || ok {
+			t.Errorf("%s: under %v ok %v", bad, under, ok)
+		}
+	}
+	for _, other := range []string{d, "api.example.com", "evilfn.example.com", "x.fn.example.com.evil.org"} {
+		if _, _, under, _ := runspec.SplitFunctionHost(d, other); under {
+			t.Errorf("%s is not below %s", other, d)
+		}
+	}
+	if _, ok := runspec.FunctionHost(d, "a--b", "fn"); ok {
+		t.Error("a namespace with -- cannot be split back")
+	}
+	if _, ok := runspec.FunctionHost(d, "sless-0123456789abcdef", strings.Repeat("x", 40)); ok {
+		t.Error("a 64-character label")
 	}
 }

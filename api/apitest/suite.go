@@ -18,6 +18,8 @@ func Run(t *testing.T, b Backend) {
 		{"ProxyErrors", testProxyErrors},
 		{"ProxyTriggerRule", testProxyTriggerRule},
 		{"ProxyStreams", testProxyStreams},
+		{"ProxyConfinesResponses", testProxyConfinesResponses},
+		{"FunctionHosts", testFunctionHosts},
 		{"ErrorEnvelopeEverywhere", testErrorEnvelopeEverywhere},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, b) })

@@ -66,6 +66,7 @@ func (r runtimeFlags) Set(v string) error {
 // config is what the flags say.
 type config struct {
 	listen, publicURL, registry                  string
+	fnDomain                                     string
 	insecure                                     bool
 	codeDir, s3Endpoint, s3Bucket, s3Region      string
 	jwks, pubKey, secretFile                     string
@@ -90,6 +91,7 @@ func parseFlags(args []string) (*config, error) {
 	fs := flag.NewFlagSet("sless-operator", flag.ContinueOnError)
 	fs.StringVar(&c.listen, "listen", ":8080", "REST API and /fn/ address")
 	fs.StringVar(&c.publicURL, "public-url", "http://127.0.0.1:8080", "base URL users reach the API at")
+	fs.StringVar(&c.fnDomain, "fn-domain", "", "also serve each function at its own origin https://<name>--<namespace>.<domain>/ (point a wildcard DNS record and certificate at the API; no host below it serves the API). Use a domain of its own, ideally on the Public Suffix List")
 	fs.StringVar(&c.registry, "registry", "", "registry host[:port] function images are pushed to (required)")
 	fs.BoolVar(&c.insecure, "insecure-registry", false, "plain HTTP to the registry")
 	fs.StringVar(&c.codeDir, "code-dir", "", "code store directory (or the S3 flags)")
@@ -185,7 +187,7 @@ func run(ctx context.Context, args []string) error {
 	// with two API round trips per request; the REST routes keep the direct client for
 	// read-after-write.
 	backend.Serving = kubestore.ServingView(mgr.GetClient())
-	srv, err = api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(cfg.publicURL), api.WithReadiness(cachesSynced(mgr)))
+	srv, err = api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(cfg.publicURL), api.WithFunctionDomain(cfg.fnDomain), api.WithReadiness(cachesSynced(mgr)))
 	if err != nil {
 		return err
 	}

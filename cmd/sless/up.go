@@ -43,6 +43,7 @@ func defaultCacheDir() string {
 // upConfig is what `sless up`'s flags say.
 type upConfig struct {
 	dataDir, listen, regListen, publicURL, podmanRoot, basesDir, basesScript string
+	fnDomain                                                                 string
 	jwksURL, pubKey, issuer, audience                                        string
 	anyAudience                                                              bool
 	uploadLimit                                                              int64
@@ -52,6 +53,9 @@ type upConfig struct {
 	indexHosts                                                               []string
 }
 
+// fnDomainUsage is the same on both binaries.
+const fnDomainUsage = "also serve each function at its own origin https://<name>--<namespace>.<domain>/ (point a wildcard DNS record and certificate at the API; no host below it serves the API). Use a domain of its own, ideally on the Public Suffix List"
+
 func parseUpFlags(args []string, stderr io.Writer) (*upConfig, error) {
 	c := &upConfig{}
 	fs := flag.NewFlagSet("sless up", flag.ContinueOnError)
@@ -60,6 +64,7 @@ func parseUpFlags(args []string, stderr io.Writer) (*upConfig, error) {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "API and /fn/ address")
 	fs.StringVar(&c.regListen, "registry-listen", "127.0.0.1:5000", "embedded registry address")
 	fs.StringVar(&c.publicURL, "public-url", "", "base URL users reach the API at (default http://<listen>)")
+	fs.StringVar(&c.fnDomain, "fn-domain", "", fnDomainUsage)
 	fs.StringVar(&c.podmanRoot, "podman-root", filepath.Join(defaultCacheDir(), "podman"), "podman storage (shared, so base layers are pulled once)")
 	fs.StringVar(&c.basesDir, "bases-dir", filepath.Join(defaultCacheDir(), "bases"), "language base image layouts (hack/build-bases.sh)")
 	fs.StringVar(&c.basesScript, "bases-script", "hack/build-bases.sh", "script that builds missing bases ('' to never build)")
@@ -146,7 +151,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer p.Close()
 	srv, err = api.New(p.Backend(), api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(c.publicURL),
-		api.WithUploadLimit(c.uploadLimit), api.WithTempDir(c.dataDir), api.WithReadiness(p.Ready))
+		api.WithFunctionDomain(c.fnDomain), api.WithUploadLimit(c.uploadLimit), api.WithTempDir(c.dataDir), api.WithReadiness(p.Ready))
 	if err != nil {
 		return err
 	}
