@@ -37,6 +37,9 @@ type Config struct {
 	// Realm is the token endpoint's URL as clients reach it. The default is
 	// http://<listen address>/token, right when the registry listens on a specific address.
 	Realm string
+	// SweepAtStart runs Sweep on RootDir before listening, when no upload can be in progress:
+	// the blobs of manifests deleted since are reclaimed. The default is false.
+	SweepAtStart bool
 }
 
 // TokenPath is where the registry serves its token endpoint.
@@ -44,11 +47,12 @@ const TokenPath = "/token"
 
 // Server is a running registry.
 type Server struct {
-	app  *handlers.App
-	jwks string // temp dir with the JWKS the access controller reads
-	srv  *http.Server
-	ln   net.Listener
-	err  chan error
+	app   *handlers.App
+	jwks  string // temp dir with the JWKS the access controller reads
+	srv   *http.Server
+	ln    net.Listener
+	err   chan error
+	swept SweepStats
 }
 
 // Start serves a registry until Close. ctx bounds only the start-up.
@@ -64,6 +68,13 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		logrus.SetOutput(c.Log)
 	}
 	logrus.SetLevel(logrus.WarnLevel)
+	var swept SweepStats
+	if c.SweepAtStart {
+		var err error
+		if swept, err = Sweep(ctx, c.RootDir); err != nil {
+			return nil, err
+		}
+	}
 
 	secret := make([]byte, 16)
 	if _, err := rand.Read(secret); err != nil {
@@ -88,7 +99,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		return nil, fmt.Errorf("registry: listening on %s: %w", c.Addr, err)
 	}
 	var handler http.Handler
-	s := &Server{ln: ln, err: make(chan error, 1)}
+	s := &Server{ln: ln, err: make(chan error, 1), swept: swept}
 	if c.Auth != nil {
 		if c.Realm == "" {
 			c.Realm = "http://" + ln.Addr().String() + TokenPath
@@ -121,6 +132,9 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	go func() { s.err <- s.srv.Serve(ln) }()
 	return s, nil
 }
+
+// Swept is what Config.SweepAtStart removed (zero without it).
+func (s *Server) Swept() SweepStats { return s.swept }
 
 // Addr is host:port of the listener, e.g. "127.0.0.1:41234".
 func (s *Server) Addr() string { return s.ln.Addr().String() }
