@@ -30,6 +30,9 @@ type Pins interface {
 	Pin(ctx context.Context, key string) (string, error)
 	// SetPin records digest for key.
 	SetPin(ctx context.Context, key, digest string) error
+	// DropPin forgets key's digest (nothing recorded is not an error): its layer was deleted from
+	// the store, and the next install of key records a new one instead of failing with ErrMoved.
+	DropPin(ctx context.Context, key string) error
 }
 
 // Pinned checks a layer the store returned for key: against the recorded digest when there is
@@ -127,5 +130,13 @@ func (p *MemPins) SetPin(_ context.Context, key, digest string) error {
 		p.m = map[string]string{}
 	}
 	p.m[key] = digest
+	return nil
+}
+
+// DropPin forgets key's digest.
+func (p *MemPins) DropPin(_ context.Context, key string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.m, key)
 	return nil
 }

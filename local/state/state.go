@@ -392,6 +392,11 @@ func (s *DB) SetPin(_ context.Context, key, digest string) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketDepsPins).Put([]byte(key), []byte(digest)) })
 }
 
+// DropPin forgets the digest of a dependency layer key whose layer was deleted from the registry.
+func (s *DB) DropPin(_ context.Context, key string) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketDepsPins).Delete([]byte(key)) })
+}
+
 // UIDRangeStart is the first host uid of tenants' ranges: above the ranges /etc/subuid hands out
 // (100000 + 65536·n) for a long way.
 const UIDRangeStart = 1 << 24

@@ -12,6 +12,7 @@ import (
 	"github.com/sless-dev/sless/api/apitest"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/local/state"
 )
 
@@ -199,5 +200,39 @@ func TestUIDRanges(t *testing.T) {
 	}
 	if c, _ := db.UIDBase("team-c"); c == a || c == b {
 		t.Errorf("a new namespace got a range in use or used before: %d", c)
+	}
+}
+
+// The state file is the single host's deps.Pins: a dropped pin is gone for good (also after a
+// reopen), the others stay, and dropping one that is not there is fine.
+func TestPins(t *testing.T) {
+	var _ deps.Pins = (*state.DB)(nil)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.db")
+	db, err := state.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, d := range map[string]string{"a": "sha256:aa", "b": "sha256:bb"} {
+		if err := db.SetPin(ctx, k, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.DropPin(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DropPin(ctx, "never-pinned"); err != nil {
+		t.Errorf("dropping a key never pinned: %v", err)
+	}
+	db.Close()
+	if db, err = state.Open(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if a, err := db.Pin(ctx, "a"); a != "" || err != nil {
+		t.Errorf("dropped pin a = %q, %v; want none", a, err)
+	}
+	if b, err := db.Pin(ctx, "b"); b != "sha256:bb" || err != nil {
+		t.Errorf("pin b = %q, %v; want sha256:bb", b, err)
 	}
 }

@@ -70,3 +70,22 @@ func (p *ConfigMapPins) SetPin(ctx context.Context, key, digest string) error {
 		return p.Client.Update(ctx, &cm)
 	})
 }
+
+// DropPin removes key from the ConfigMap (nothing to do when it is not there).
+func (p *ConfigMapPins) DropPin(ctx context.Context, key string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cm corev1.ConfigMap
+		err := p.Reader.Get(ctx, p.key(), &cm)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if _, ok := cm.Data[key]; !ok {
+			return nil
+		}
+		delete(cm.Data, key)
+		return p.Client.Update(ctx, &cm)
+	})
+}
