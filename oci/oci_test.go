@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,9 +24,11 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sless-dev/sless/internal/testenv"
 	"github.com/sless-dev/sless/layers"
@@ -608,5 +611,81 @@ func TestInsecureDoesNotSkipTLSVerification(t *testing.T) {
 	}
 	if err := push(oci.WithSkipTLSVerify(true)); err != nil {
 		t.Errorf("WithSkipTLSVerify: %v", err)
+	}
+}
+
+// What garbage collection reads and writes through the Builder, against the real registry: tags
+// added by digest, tag and catalog listings over more than one page, digests of tags, and a
+// repository or tag that does not exist.
+func TestTagsAndCatalog(t *testing.T) {
+	ctx := context.Background()
+	c := newCounter()
+	b, err := oci.NewBuilder(oci.WithTransport(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := reg + "/gc/tags"
+	img, err := random.Image(64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(mustRef(t, repo+":latest"), img); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+	const n = 110 // more than one page
+	var g errgroup.Group
+	g.SetLimit(8)
+	for i := range n {
+		g.Go(func() error { return b.Tag(ctx, repo+"@"+d.String(), fmt.Sprintf("v-%03d", i)) })
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	c.reset()
+	tags, err := b.ListTags(ctx, repo)
+	if err != nil || len(tags) != n+1 || !slices.Contains(tags, "latest") || !slices.Contains(tags, fmt.Sprintf("v-%03d", n-1)) {
+		t.Errorf("ListTags = %d tags, %v; want %d", len(tags), err, n+1)
+	}
+	if pages := c.count("GET", "/tags/list"); pages < 2 {
+		t.Errorf("ListTags read %d pages, want the test to cover more than one", pages)
+	}
+	if got, err := b.Digest(ctx, repo+":v-007"); got != d.String() || err != nil {
+		t.Errorf("Digest of a version tag = %q, %v; want %s", got, err, d)
+	}
+	if _, err := b.Digest(ctx, repo+":nope"); !oci.IsNotFound(err) {
+		t.Errorf("Digest of a missing tag: %v, want not found", err)
+	}
+	if tags, err := b.ListTags(ctx, reg+"/gc/no-such-repo"); tags != nil || err != nil {
+		t.Errorf("ListTags of a missing repository = %v, %v; want none", tags, err)
+	}
+	for _, bad := range [][2]string{{repo + ":latest", "x"}, {repo + "@" + d.String(), "no spaces"}} {
+		if err := b.Tag(ctx, bad[0], bad[1]); !errors.Is(err, oci.ErrInvalidSource) {
+			t.Errorf("Tag(%q, %q): %v, want ErrInvalidSource", bad[0], bad[1], err)
+		}
+	}
+
+	var want []string
+	for i := range n {
+		r := fmt.Sprintf("gc/catalog/r%03d", i)
+		want = append(want, r)
+		ref := mustRef(t, reg+"/"+r+":latest")
+		g.Go(func() error { return remote.Write(ref, empty.Image) })
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	c.reset()
+	repos, err := b.Catalog(ctx, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range want {
+		if !slices.Contains(repos, r) {
+			t.Fatalf("Catalog (%d repositories) lacks %s", len(repos), r)
+		}
+	}
+	if pages := c.count("GET", "/_catalog"); pages < 2 {
+		t.Errorf("Catalog read %d pages, want the test to cover more than one", pages)
 	}
 }

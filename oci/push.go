@@ -119,6 +119,77 @@ func (b *Builder) Delete(ctx context.Context, ref string) error {
 	return nil
 }
 
+// Tag points tag at the manifest ref ("repo@sha256:…") in ref's repository, with the Builder's
+// credentials and transport: a GET of the manifest by digest and one PUT.
+func (b *Builder) Tag(ctx context.Context, ref, tag string) error {
+	d, err := name.NewDigest(ref, b.nameOpts()...)
+	if err != nil {
+		return fmt.Errorf("%w: %q is not a reference by digest: %v", ErrInvalidSource, ref, err)
+	}
+	t, err := name.NewTag(d.Context().String()+":"+tag, append(b.nameOpts(), name.StrictValidation)...)
+	if err != nil {
+		return fmt.Errorf("%w: tag %q: %v", ErrInvalidSource, tag, err)
+	}
+	opts := append(b.ropts, remote.WithContext(ctx))
+	desc, err := remote.Get(d, opts...)
+	if err == nil {
+		err = remote.Tag(t, desc, opts...)
+	}
+	if err != nil {
+		return fmt.Errorf("tagging %s as %s: %w", ref, tag, err)
+	}
+	return nil
+}
+
+// ListTags lists the tags of repo ("registry/repo"), every page. A repository that does not exist
+// has none.
+func (b *Builder) ListTags(ctx context.Context, repo string) ([]string, error) {
+	r, err := name.NewRepository(repo, b.nameOpts()...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: repository %q: %v", ErrInvalidSource, repo, err)
+	}
+	tags, err := remote.List(r, append(b.ropts, remote.WithContext(ctx), remote.WithPageSize(pageSize))...)
+	if IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing the tags of %s: %w", repo, err)
+	}
+	return tags, nil
+}
+
+// Digest resolves ref (a tag or a digest) to its manifest's digest ("sha256:…"). A manifest that
+// does not exist satisfies IsNotFound.
+func (b *Builder) Digest(ctx context.Context, ref string) (string, error) {
+	r, err := name.ParseReference(ref, b.nameOpts()...)
+	if err != nil {
+		return "", fmt.Errorf("%w: %q: %v", ErrInvalidSource, ref, err)
+	}
+	desc, err := remote.Head(r, append(b.ropts, remote.WithContext(ctx))...)
+	if err != nil {
+		return "", fmt.Errorf("resolving %s: %w", ref, err)
+	}
+	return desc.Digest.String(), nil
+}
+
+// Catalog lists the repositories of registry ("host[:port]"), following the registry's pages.
+// Distribution answers only a credential allowed the catalog (regauth's platform one).
+func (b *Builder) Catalog(ctx context.Context, registry string) ([]string, error) {
+	reg, err := name.NewRegistry(registry, b.nameOpts()...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: registry %q: %v", ErrInvalidSource, registry, err)
+	}
+	repos, err := remote.Catalog(ctx, reg, append(b.ropts, remote.WithContext(ctx), remote.WithPageSize(pageSize))...)
+	if err != nil {
+		return nil, fmt.Errorf("listing the repositories of %s: %w", registry, err)
+	}
+	return repos, nil
+}
+
+// pageSize is how many tags or repositories one listing request asks for: Distribution's default
+// page (a registry refuses more than its configured maximum, 1000 by default).
+const pageSize = 100
+
 // IsNotFound reports whether a registry answered that a manifest or blob does not exist (404, or
 // the distribution error codes that say so).
 func IsNotFound(err error) bool {
