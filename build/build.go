@@ -159,8 +159,15 @@ func (p *Pipeline) Build(ctx context.Context, req Request) (res *Result, err err
 		return nil, err
 	}
 	defer built.Close()
-	ref, err := p.builder.Push(ctx, built, p.o.registry+"/"+req.Namespace+"/"+req.Function+":latest")
+	// The version tag first: Distribution lists no untagged manifests, so an image that :latest
+	// no longer names is found for collection (CollectImages) by it, even after a crash between
+	// the two.
+	repo := p.o.registry + "/" + req.Namespace + "/" + req.Function
+	ref, err := p.builder.Push(ctx, built, repo+":"+VersionTag(res.Key))
 	if err != nil {
+		return nil, err
+	}
+	if err := p.builder.Tag(ctx, ref.String(), "latest"); err != nil {
 		return nil, err
 	}
 	res.Image, res.Duration = ref.String(), time.Since(start)

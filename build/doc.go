@@ -5,4 +5,10 @@
 // backend does not retry them), and image deletion. A backend plugs in only how a dependency layer
 // is obtained (Deps): the single host installs it in place through the deps cache; Kubernetes runs
 // a Job and answers with a *PendingError until the layer is there. No Kubernetes, no HTTP.
+//
+// Each image is pushed as <registry>/<ns>/<fn>:v-<key> (VersionTag) and then tagged :latest:
+// Distribution cannot list untagged manifests, so the version tag keeps every image findable.
+// Collection deletes manifests online, by digest: CollectImages the versions of a function its
+// backend no longer runs, CollectDeps the dependency layers no function uses, dropping their pins
+// in the same step. The registry reclaims their blobs when it sweeps (internal/registry, at start).
 package build
