@@ -42,6 +42,8 @@ type options struct {
 	transport      http.RoundTripper
 	dialRetry      time.Duration
 	fnDomain       string
+	uploadRate     float64
+	uploadBurst    int
 }
 
 // WithVerifier sets how bearer tokens are verified. Required.
@@ -80,6 +82,13 @@ func WithProxyTransport(t http.RoundTripper) Option { return func(o *options) { 
 // it.
 func WithProxyDialRetry(d time.Duration) Option { return func(o *options) { o.dialRetry = d } }
 
+// WithUploadRate bounds each namespace's uploads to perMinute on average with bursts of burst
+// (429 throttled with Retry-After beyond), besides at most UploadsInFlight at once. The defaults
+// are DefaultUploadsPerMinute and DefaultUploadBurst; perMinute <= 0 is no rate limit.
+func WithUploadRate(perMinute float64, burst int) Option {
+	return func(o *options) { o.uploadRate, o.uploadBurst = perMinute, burst }
+}
+
 // WithFunctionDomain also serves every function at its own origin, https://<name>--<ns>.<domain>/
 // (runspec.FunctionHost), so that one function's pages cannot script another's. No host below
 // domain serves the API. The default "" serves functions under /fn/ only.
@@ -96,6 +105,7 @@ type Server struct {
 	proxy   *httputil.ReverseProxy
 	metrics *metrics
 	view    *ServingView // where /fn/ reads functions and triggers per request
+	uploads *tenantLimits
 }
 
 // New makes the API on a backend.
@@ -107,6 +117,8 @@ func New(b Backend, opts ...Option) (*Server, error) {
 		uploadLimit:    DefaultUploadLimit,
 		proxyBodyLimit: DefaultProxyBodyLimit,
 		publicURL:      "http://127.0.0.1:8080",
+		uploadRate:     DefaultUploadsPerMinute,
+		uploadBurst:    DefaultUploadBurst,
 		ready:          func(context.Context) error { return nil },
 	}
 	o.dialRetry = 3 * time.Second
@@ -131,7 +143,7 @@ func New(b Backend, opts ...Option) (*Server, error) {
 			DisableCompression: true,
 		}
 	}
-	s := &Server{o: o, b: b, metrics: newMetrics(), view: b.Serving}
+	s := &Server{o: o, b: b, metrics: newMetrics(), view: b.Serving, uploads: newTenantLimits(o.uploadRate, o.uploadBurst)}
 	if s.view == nil {
 		s.view = &ServingView{Functions: b.Functions, Triggers: b.Triggers}
 	}

@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/sless-dev/sless/api/apiv1"
@@ -44,6 +45,16 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, apiv1.Errorf(apiv1.CodePayloadTooLarge, "the archive is %d bytes; the limit is %d", r.ContentLength, s.o.uploadLimit))
 		return
 	}
+	release, wait := s.uploads.admit(ns)
+	if release == nil {
+		// Not read: the answer goes out at once and the connection closes.
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
+		writeError(w, r, apiv1.Errorf(apiv1.CodeThrottled, "too many uploads to namespace %s (at most %d at once, %g a minute on average); retry after %s",
+			ns, UploadsInFlight, s.o.uploadRate, wait.Round(time.Second)))
+		return
+	}
+	defer release()
 
 	f, err := os.CreateTemp(s.o.tempDir, "sless-upload-*.zip")
 	if err != nil {

@@ -145,6 +145,23 @@ func NewEnvWith(t testing.TB, b Backend, code codestore.Store, codeDir string, v
 	return &Env{T: t, URL: hs.URL, Srv: s, Be: backend, Ctrl: ctrl, Subject: subject, CodeDir: codeDir, Resolver: res, Token: token, NS: c.Namespace(), C: c}
 }
 
+// Tenant is another caller of the same server, with a namespace of its own.
+func (e *Env) Tenant() *Env {
+	e.T.Helper()
+	subject := fmt.Sprintf("bob-%d@example.com", tenants.Add(1))
+	token, err := auth.IssueHS256(Secret, subject, time.Hour)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	c, err := client.New(e.URL, token)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	o := *e
+	o.Subject, o.Token, o.NS, o.C = subject, token, c.Namespace(), c
+	return &o
+}
+
 // Raw sends a request with the given token (empty: none) and returns status, error code and body.
 func (e *Env) Raw(method, path, token, ctype string, body []byte) (int, string, []byte) {
 	e.T.Helper()

@@ -20,6 +20,7 @@ func Run(t *testing.T, b Backend) {
 		{"ProxyStreams", testProxyStreams},
 		{"ProxyConfinesResponses", testProxyConfinesResponses},
 		{"FunctionHosts", testFunctionHosts},
+		{"UploadThrottle", testUploadThrottle},
 		{"ErrorEnvelopeEverywhere", testErrorEnvelopeEverywhere},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, b) })

@@ -3,6 +3,7 @@ package apiv1
 import (
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // Error codes and the HTTP status each is sent with.
@@ -18,6 +19,8 @@ const (
 	CodeUpstreamError   = "upstream_error"    // 502
 	CodeUpstreamTimeout = "upstream_timeout"  // 504
 	CodeInternal        = "internal"          // 500
+	// CodeThrottled: too many requests of this kind for now; Retry-After says when to try again.
+	CodeThrottled = "throttled" // 429
 )
 
 // StatusOf maps an error code to its HTTP status.
@@ -39,6 +42,8 @@ func StatusOf(code string) int {
 		return http.StatusBadGateway
 	case CodeUpstreamTimeout:
 		return http.StatusGatewayTimeout
+	case CodeThrottled:
+		return http.StatusTooManyRequests
 	default:
 		return http.StatusInternalServerError
 	}
@@ -60,6 +65,8 @@ type Error struct {
 	Status  int
 	Code    string
 	Message string
+	// RetryAfter is the answer's Retry-After (a client reads it; 0 when none).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -150,7 +151,11 @@ func parseError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var env apiv1.ErrorBody
 	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
-		return &apiv1.Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message}
+		ae := &apiv1.Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message}
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+			ae.RetryAfter = time.Duration(secs) * time.Second
+		}
+		return ae
 	}
 	msg := strings.TrimSpace(string(b))
 	if len(msg) > 200 {
@@ -219,13 +224,30 @@ func (c *Client) DeleteFunction(ctx context.Context, name string) error {
 	return c.doJSON(ctx, http.MethodDelete, c.nsPath("/functions/%s", name), nil, nil)
 }
 
-// Upload sends a zip of the function's code (size bytes; -1 if unknown).
+// Upload sends a zip of the function's code (size bytes; -1 if unknown). When the API throttles
+// the namespace's uploads and zip is an io.Seeker, it waits as told (Retry-After, at most a minute
+// each time) and sends it again, up to 10 times.
 func (c *Client) Upload(ctx context.Context, name string, zip io.Reader, size int64) (*apiv1.UploadResponse, error) {
-	var out apiv1.UploadResponse
-	if err := c.do(ctx, http.MethodPost, c.nsPath("/functions/%s/upload", name), "application/zip", zip, size, &out); err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		var out apiv1.UploadResponse
+		err := c.do(ctx, http.MethodPost, c.nsPath("/functions/%s/upload", name), "application/zip", zip, size, &out)
+		if err == nil {
+			return &out, nil
+		}
+		var ae *apiv1.Error
+		seeker, seekable := zip.(io.Seeker)
+		if !errors.As(err, &ae) || ae.Code != apiv1.CodeThrottled || !seekable || attempt == 10 {
+			return nil, err
+		}
+		if _, serr := seeker.Seek(0, io.SeekStart); serr != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(min(max(ae.RetryAfter, time.Second), time.Minute)):
+		}
 	}
-	return &out, nil
 }
 
 // Invocations lists a function's recent invocations, newest first.

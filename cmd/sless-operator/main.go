@@ -67,6 +67,8 @@ func (r runtimeFlags) Set(v string) error {
 type config struct {
 	listen, publicURL, registry                  string
 	fnDomain                                     string
+	uploadRate                                   float64
+	uploadBurst, workers, tenantBuilds           int
 	insecure                                     bool
 	codeDir, s3Endpoint, s3Bucket, s3Region      string
 	jwks, pubKey, secretFile                     string
@@ -108,6 +110,10 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.registryAuthDir, "registry-auth-dir", "", "the keys of sless's registry (the sless-registry-auth Secret: "+regauth.SigningKeyFile+", "+regauth.SecretFile+"): the operator pushes as the platform, each tenant namespace gets a pull-only credential for its own repositories, each deps Job a push credential for its key")
 	fs.StringVar(&c.pullSecret, "pull-secret-file", "", "with a registry of your own instead of --registry-auth-dir: .dockerconfigjson copied into every tenant namespace as sless-registry and given to deps Jobs' push step (it must pull function images and push <registry>/sless/deps/*); the operator pushes with DOCKER_CONFIG")
 	fs.IntVar(&c.builds, "max-builds", 2, "concurrent in-process builds")
+	fs.IntVar(&c.tenantBuilds, "max-builds-per-namespace", 1, "concurrent in-process builds of one namespace (a build that finds none free waits without holding a worker)")
+	fs.IntVar(&c.workers, "max-concurrent-reconciles", 4, "Functions reconciled at once (builds beyond --max-builds wait without holding one)")
+	fs.Float64Var(&c.uploadRate, "upload-rate", api.DefaultUploadsPerMinute, "code uploads a namespace may make per minute on average (429 throttled beyond; 0 for no limit)")
+	fs.IntVar(&c.uploadBurst, "upload-burst", api.DefaultUploadBurst, "code uploads a namespace may make at once above --upload-rate")
 	fs.StringVar(&c.operatorImage, "operator-image", "", "this operator's image (by digest): deps Jobs run its `sless deps push`; empty refuses functions with dependencies")
 	// Index URLs may carry credentials: from the environment (a Secret), never from argv.
 	fs.StringVar(&c.pipIndex, "pip-index-url", os.Getenv("PIP_INDEX_URL"), "package index for pip installs in deps Jobs (default: $PIP_INDEX_URL, else the runtime's); credentials in it go in the environment, not here")
@@ -187,7 +193,7 @@ func run(ctx context.Context, args []string) error {
 	// with two API round trips per request; the REST routes keep the direct client for
 	// read-after-write.
 	backend.Serving = kubestore.ServingView(mgr.GetClient())
-	srv, err = api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(cfg.publicURL), api.WithFunctionDomain(cfg.fnDomain), api.WithReadiness(cachesSynced(mgr)))
+	srv, err = api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(cfg.publicURL), api.WithFunctionDomain(cfg.fnDomain), api.WithUploadRate(cfg.uploadRate, cfg.uploadBurst), api.WithReadiness(cachesSynced(mgr)))
 	if err != nil {
 		return err
 	}
@@ -324,7 +330,7 @@ func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observ
 	if err != nil {
 		return err
 	}
-	pipeline, err := build.New(code, builder, build.WithRegistry(c.registry), build.WithRuntimes(c.runtimes), build.WithConcurrency(c.builds),
+	pipeline, err := build.New(code, builder, build.WithRegistry(c.registry), build.WithRuntimes(c.runtimes), build.WithConcurrency(c.builds), build.WithTenantConcurrency(c.tenantBuilds),
 		build.WithTimeout(5*time.Minute), build.WithIndex(apiv1.RuntimePython311, indexproxy.Sanitize(c.pipIndex)), build.WithIndex(apiv1.RuntimeNodejs20, indexproxy.Sanitize(c.npmRegistry)),
 		build.WithObserver(observe))
 	if err != nil {
@@ -346,7 +352,7 @@ func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observ
 		gate = c.operatorImage
 	}
 	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Pipeline: pipeline, Code: code, PolicyGate: gate,
-		PublicURL: c.publicURL, Deps: depsCfg, APIReader: mgr.GetAPIReader(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
+		PublicURL: c.publicURL, Deps: depsCfg, APIReader: mgr.GetAPIReader(), Recorder: recorder, MaxConcurrentReconciles: c.workers}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: recorder, PolicyGate: gate}).SetupWithManager(mgr); err != nil {

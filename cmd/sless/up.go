@@ -44,6 +44,8 @@ func defaultCacheDir() string {
 type upConfig struct {
 	dataDir, listen, regListen, publicURL, podmanRoot, basesDir, basesScript string
 	fnDomain                                                                 string
+	uploadRate                                                               float64
+	uploadBurst                                                              int
 	jwksURL, pubKey, issuer, audience                                        string
 	anyAudience                                                              bool
 	uploadLimit                                                              int64
@@ -65,6 +67,8 @@ func parseUpFlags(args []string, stderr io.Writer) (*upConfig, error) {
 	fs.StringVar(&c.regListen, "registry-listen", "127.0.0.1:5000", "embedded registry address")
 	fs.StringVar(&c.publicURL, "public-url", "", "base URL users reach the API at (default http://<listen>)")
 	fs.StringVar(&c.fnDomain, "fn-domain", "", fnDomainUsage)
+	fs.Float64Var(&c.uploadRate, "upload-rate", api.DefaultUploadsPerMinute, "code uploads a namespace may make per minute on average (429 throttled beyond; 0 for no limit)")
+	fs.IntVar(&c.uploadBurst, "upload-burst", api.DefaultUploadBurst, "code uploads a namespace may make at once above --upload-rate")
 	fs.StringVar(&c.podmanRoot, "podman-root", filepath.Join(defaultCacheDir(), "podman"), "podman storage (shared, so base layers are pulled once)")
 	fs.StringVar(&c.basesDir, "bases-dir", filepath.Join(defaultCacheDir(), "bases"), "language base image layouts (hack/build-bases.sh)")
 	fs.StringVar(&c.basesScript, "bases-script", "hack/build-bases.sh", "script that builds missing bases ('' to never build)")
@@ -151,7 +155,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer p.Close()
 	srv, err = api.New(p.Backend(), api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(c.publicURL),
-		api.WithFunctionDomain(c.fnDomain), api.WithUploadLimit(c.uploadLimit), api.WithTempDir(c.dataDir), api.WithReadiness(p.Ready))
+		api.WithFunctionDomain(c.fnDomain), api.WithUploadLimit(c.uploadLimit), api.WithUploadRate(c.uploadRate, c.uploadBurst), api.WithTempDir(c.dataDir), api.WithReadiness(p.Ready))
 	if err != nil {
 		return err
 	}

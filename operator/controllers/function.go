@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -56,6 +58,10 @@ type FunctionReconciler struct {
 	// Recorder, when set, records build outcomes as Events on the Function, so
 	// `kubectl describe function` shows why a build failed without reading operator logs.
 	Recorder record.EventRecorder
+	// MaxConcurrentReconciles is how many Functions are reconciled at once (default 4). A build
+	// that finds no free slot in the Pipeline is requeued rather than waited for, so one tenant's
+	// long builds hold at most its own slots, never every worker.
+	MaxConcurrentReconciles int
 }
 
 func (r *FunctionReconciler) event(fn *slessv1.Function, typ, reason, format string, args ...any) {
@@ -356,6 +362,7 @@ func mergePorts(live, want []corev1.ServicePort) []corev1.ServicePort {
 func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&slessv1.Function{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&batchv1.Job{}). // deps Jobs

@@ -1,0 +1,118 @@
+package apitest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/apiv1"
+)
+
+// testUploadThrottle: one namespace's uploads are rate-limited (429 throttled, Retry-After, the
+// body not read) and at most api.UploadsInFlight are received at once; another namespace is not
+// affected; the client waits and sends again.
+func testUploadThrottle(t *testing.T, bk Backend) {
+	e := NewEnv(t, bk, api.WithUploadRate(60, 2)) // one a second after a burst of two
+	e.Ensure()
+	e.Function("f")
+	ctx := context.Background()
+	z := ZipOf(t, map[string]string{"handler.py": "def handle(e):\n    return 1\n"})
+	path := "/v1/namespaces/" + e.NS + "/functions/f/upload"
+
+	for i := range 2 {
+		if code, ecode, b := e.Raw("POST", path, e.Token, "application/zip", z); code != http.StatusAccepted {
+			t.Fatalf("upload %d: %d %s %s", i, code, ecode, b)
+		}
+	}
+	req, _ := http.NewRequest("POST", e.URL+path, bytes.NewReader(z))
+	req.Header.Set("Authorization", "Bearer "+e.Token)
+	req.Header.Set("Content-Type", "application/zip")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if resp.StatusCode != http.StatusTooManyRequests || !bytes.Contains(b, []byte(apiv1.CodeThrottled)) || secs < 1 || secs > 2 {
+		t.Fatalf("third upload in a burst of two: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+	}
+
+	// Another tenant uploads at once.
+	other := e.Tenant()
+	other.Ensure()
+	other.Function("f")
+	if _, err := other.C.Upload(ctx, "f", bytes.NewReader(z), int64(len(z))); err != nil {
+		t.Fatalf("another tenant throttled: %v", err)
+	}
+
+	// The client waits as told and sends the archive again.
+	start := time.Now()
+	if _, err := e.C.Upload(ctx, "f", bytes.NewReader(z), int64(len(z))); err != nil {
+		t.Fatalf("client upload after throttling: %v", err)
+	}
+	t.Logf("the client's upload went through %v after being throttled", time.Since(start).Round(time.Millisecond))
+
+	// Uploads being received count against the namespace: slow ones hold it. They are admitted
+	// once their spool files exist.
+	spool := t.TempDir()
+	e2 := NewEnv(t, bk, api.WithUploadRate(0, 0), api.WithTempDir(spool))
+	e2.Ensure()
+	e2.Function("f")
+	var writers []*io.PipeWriter
+	done := make(chan error, api.UploadsInFlight)
+	for range api.UploadsInFlight {
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		// On failure, the server's Close would wait for these forever.
+		t.Cleanup(func() { pw.CloseWithError(errors.New("test over")) })
+		go func() {
+			_, err := e2.C.Upload(ctx, "f", pr, int64(len(z)))
+			done <- err
+		}()
+		pw.Write(z[:10])
+	}
+	if !waitFor(10*time.Second, func() bool {
+		m, _ := filepath.Glob(filepath.Join(spool, "sless-upload-*"))
+		return len(m) == api.UploadsInFlight
+	}) {
+		t.Fatal("the slow uploads were not admitted")
+	}
+	// Not a Seeker: the client does not wait and retry.
+	_, err = e2.C.Upload(ctx, "f", io.NopCloser(bytes.NewReader(z)), int64(len(z)))
+	var ae *apiv1.Error
+	if !errors.As(err, &ae) || ae.Code != apiv1.CodeThrottled {
+		t.Fatalf("an upload beyond %d in flight: %v", api.UploadsInFlight, err)
+	}
+	for _, pw := range writers {
+		pw.Write(z[10:])
+		pw.Close()
+	}
+	for range api.UploadsInFlight {
+		if err := <-done; err != nil {
+			t.Fatalf("slow upload: %v", err)
+		}
+	}
+	if _, err := e2.C.Upload(ctx, "f", bytes.NewReader(z), int64(len(z))); err != nil {
+		t.Fatalf("after the slow uploads: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
