@@ -174,6 +174,9 @@ func (p *Pipeline) Build(ctx context.Context, req Request) (res *Result, err err
 	return res, nil
 }
 
+// Running is how many builds hold a slot now.
+func (p *Pipeline) Running() int { return len(p.slots) }
+
 // slotRetry is how soon a build that found no free slot is worth trying again.
 const slotRetry = time.Second
 

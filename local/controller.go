@@ -45,6 +45,9 @@ func (d requeueAfter) Error() string { return "requeue after " + time.Duration(d
 // resyncEvery reconciles everything again, so a container that died is noticed and replaced.
 const resyncEvery = 30 * time.Second
 
+// collectEvery is how often dependency layers no function uses are deleted (also at start).
+const collectEvery = time.Hour
+
 func newController(p *Platform) *controller {
 	// Backoff from 250 ms to 5 minutes per key (a failing start takes a second or more each time,
 	// so faster retries would only churn containers), under an overall 10/s, burst 100 bucket.
@@ -120,8 +123,23 @@ func (c *controller) start(ctx context.Context, pipeline *build.Pipeline) error 
 	if err := c.recover(ctx); err != nil {
 		return err
 	}
-	c.wg.Add(2)
+	c.wg.Add(3)
 	go func() { defer c.wg.Done(); c.sched.run(ctx) }()
+	go func() {
+		defer c.wg.Done()
+		t := time.NewTicker(collectEvery)
+		defer t.Stop()
+		for {
+			if err := c.collectDeps(ctx); err != nil && ctx.Err() == nil {
+				c.p.log.Warn("collecting dependency layers", "error", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
 	go func() {
 		defer c.wg.Done()
 		t := time.NewTicker(resyncEvery)

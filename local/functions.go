@@ -157,6 +157,7 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 			return fmt.Errorf("starting %s/%s: %w", ns, spec.Name, err)
 		}
 		p.run.Switch(ns, spec.Name, inst) // new requests go to the new container from here on
+		c.collectImages(ctx, ns, spec.Name, image)
 		// The old container gets SIGTERM and finishes what it is serving (up to the function's
 		// timeout); Ready does not wait for it.
 		c.runs.Add(1)
@@ -168,6 +169,55 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 	return setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message, s.Image = apiv1.PhaseReady, "", image })
 }
 
+// collectImages deletes the function's earlier images from the registry once image serves
+// (podman keeps what the old container runs). It runs in the function's reconcile, so no build of
+// it pushes meanwhile; a failure is logged and the next version collects again.
+func (c *controller) collectImages(ctx context.Context, ns, name, image string) {
+	p := c.p
+	deleted, err := c.pipeline.CollectImages(ctx, ns, name, image)
+	if err != nil {
+		p.log.Warn("deleting earlier images", "namespace", ns, "function", name, "error", err)
+		return
+	}
+	if len(deleted) > 0 {
+		p.log.Info("deleted earlier images", "namespace", ns, "function", name, "images", len(deleted))
+	}
+	b, err := p.db.Build(ns, name)
+	if err == nil && b.Image == image {
+		b.Images = []string{image}
+		err = p.db.PutBuild(ns, name, b)
+	}
+	if err != nil {
+		p.log.Warn("recording the function's images", "namespace", ns, "function", name, "error", err)
+	}
+}
+
+// collectDeps deletes the dependency layers no function's current build mounts, with their pins
+// (deps.Pins.DropPin), so the next build of such a key installs again. Skipped while a build
+// runs: it may be about to mount a layer no function records yet.
+func (c *controller) collectDeps(ctx context.Context) error {
+	if c.pipeline.Running() > 0 {
+		return nil
+	}
+	fns, err := c.p.db.Functions.All()
+	if err != nil {
+		return err
+	}
+	inUse := map[string]bool{}
+	for _, l := range fns {
+		for _, f := range l {
+			if f.Status.Build != nil && f.Status.Build.DepsKey != "" {
+				inUse[f.Status.Build.DepsKey] = true
+			}
+		}
+	}
+	deleted, err := c.pipeline.CollectDeps(ctx, func(key string) bool { return inUse[key] }, c.p.db)
+	if len(deleted) > 0 {
+		c.p.log.Info("deleted unreferenced dependency layers", "keys", deleted)
+	}
+	return err
+}
+
 // cleanupFunction removes everything of a deleted function: containers, images, records.
 func (c *controller) cleanupFunction(ctx context.Context, ns, name string) error {
 	p := c.p
@@ -176,7 +226,10 @@ func (c *controller) cleanupFunction(ctx context.Context, ns, name string) error
 	if err != nil {
 		return err
 	}
-	if err := c.pipeline.DeleteImages(ctx, b.Images...); err != nil {
+	// Every version the repository holds (keeping none), and the recorded ones pushed before
+	// versions were tagged. The registry is this process's own; a failure is logged, not retried.
+	_, err = c.pipeline.CollectImages(ctx, ns, name)
+	if err = errors.Join(err, c.pipeline.DeleteImages(ctx, b.Images...)); err != nil {
 		p.log.Warn("deleting images", "namespace", ns, "function", name, "error", err)
 	}
 	// Stored code and invocation records are removed by the API when the function is deleted;

@@ -151,7 +151,8 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	if p.keys, err = regauth.LoadOrCreate(authDir); err != nil {
 		return fail(err)
 	}
-	if p.reg, err = registry.Start(ctx, registry.Config{RootDir: filepath.Join(cfg.DataDir, "registry"), Addr: cfg.RegistryListen, Auth: p.keys}); err != nil {
+	if p.reg, err = registry.Start(ctx, registry.Config{RootDir: filepath.Join(cfg.DataDir, "registry"), Addr: cfg.RegistryListen, Auth: p.keys,
+		SweepAtStart: true}); err != nil { // blobs of collected images go here: nothing uploads yet
 		return fail(err)
 	}
 	// podman pulls with the platform's credential, and so can a user's crane (DOCKER_CONFIG).

@@ -197,6 +197,10 @@ func TestSlessUp(t *testing.T) {
 	})
 
 	t.Run("update under load has no failed request", func(t *testing.T) {
+		before, err := u.c.GetFunction(ctx, "py")
+		if err != nil {
+			t.Fatal(err)
+		}
 		var ok, failed, sawNew atomic.Int64
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -239,6 +243,27 @@ func TestSlessUp(t *testing.T) {
 		}
 		// The old container is removed after the switch (it first finishes what it serves).
 		waitFor(t, 15*time.Second, func() bool { return len(containersOf("py")) == 1 }, "the old container to be removed")
+		// The earlier version's image is deleted from the registry once the new one serves.
+		manifest := func(image string) int {
+			ref, err := name.ParseReference(image)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = remote.Head(ref, u.RegOpts()...)
+			var te *transport.Error
+			if errors.As(err, &te) {
+				return te.StatusCode
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			return 200
+		}
+		if code := manifest(before.Status.Image); code != 404 {
+			t.Errorf("the earlier version's image %s: %d", before.Status.Image, code)
+		}
+		if code := manifest(f.Status.Image); code != 200 {
+			t.Errorf("the serving image %s: %d", f.Status.Image, code)
+		}
 	})
 
 	t.Run("a handler that fails to load", func(t *testing.T) {

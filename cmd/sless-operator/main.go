@@ -352,7 +352,15 @@ func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observ
 		gate = c.operatorImage
 	}
 	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Pipeline: pipeline, Code: code, PolicyGate: gate,
-		PublicURL: c.publicURL, Deps: depsCfg, APIReader: mgr.GetAPIReader(), Recorder: recorder, MaxConcurrentReconciles: c.workers}).SetupWithManager(mgr); err != nil {
+		PublicURL: c.publicURL, Deps: depsCfg, APIReader: mgr.GetAPIReader(), Recorder: recorder, MaxConcurrentReconciles: c.workers,
+		OperatorNamespace: c.operatorNS}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	collector := &controllers.Collector{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Pipeline: pipeline, Namespace: c.operatorNS}
+	if depsCfg != nil {
+		collector.Pins = depsCfg.Pins
+	}
+	if err := mgr.Add(collector); err != nil {
 		return err
 	}
 	if err := (&controllers.FunctionJobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: recorder, PolicyGate: gate}).SetupWithManager(mgr); err != nil {

@@ -27,6 +27,7 @@ func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	root := fs.String("root", "", "directory for the registry's storage (required)")
 	authDir := fs.String("auth-dir", "", "directory with the token-signing key and password secret ("+regauth.SigningKeyFile+", "+regauth.SecretFile+"); generated when empty (required)")
 	realm := fs.String("realm", "", "the token endpoint's URL as clients (containerd on a node) reach it (default http://<listen address>/token)")
+	sweep := fs.Bool("sweep-at-start", true, "before listening, delete the blobs no manifest references (the layers of deleted images; nothing can be uploading then)")
 	platformConfig := fs.String("write-docker-config", "", "also write a docker config.json with the platform's credential to this file (0600)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -44,9 +45,12 @@ func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	s, err := registry.Start(ctx, registry.Config{RootDir: *root, Addr: *listen, Log: stderr, Auth: keys, Realm: *realm})
+	s, err := registry.Start(ctx, registry.Config{RootDir: *root, Addr: *listen, Log: stderr, Auth: keys, Realm: *realm, SweepAtStart: *sweep})
 	if err != nil {
 		return err
+	}
+	if st := s.Swept(); st.Blobs > 0 {
+		fmt.Fprintf(stderr, "sless registry: swept %d unreferenced blobs (%d bytes), kept %d\n", st.Blobs, st.Bytes, st.Kept)
 	}
 	if *platformConfig != "" {
 		if err := os.WriteFile(*platformConfig, keys.Platform().DockerConfigJSON(s.Addr()), 0o600); err != nil {

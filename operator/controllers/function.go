@@ -62,6 +62,10 @@ type FunctionReconciler struct {
 	// that finds no free slot in the Pipeline is requeued rather than waited for, so one tenant's
 	// long builds hold at most its own slots, never every worker.
 	MaxConcurrentReconciles int
+	// CleanupTimeout bounds the finalizer's attempts to delete a Function's images (default
+	// DefaultCleanupTimeout); OperatorNamespace holds the record of the ones it gave up on.
+	CleanupTimeout    time.Duration
+	OperatorNamespace string
 }
 
 func (r *FunctionReconciler) event(fn *slessv1.Function, typ, reason, format string, args ...any) {
@@ -109,7 +113,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !fn.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalize(ctx, &fn)
+		return r.finalize(ctx, &fn)
 	}
 	if controllerutil.AddFinalizer(&fn, Finalizer) {
 		if err := r.Update(ctx, &fn); err != nil {
@@ -172,6 +176,9 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		fn.Status.Message = "stopped: disabled by its http triggers"
 	case rolledOut(live, replicas):
 		fn.MarkReady()
+		if before.Phase != apiv1.PhaseReady || before.Image != fn.Status.Image {
+			r.collectImages(ctx, &fn)
+		}
 	case stalled(live) != "":
 		// Not terminal: the Deployment keeps trying, and its recovery brings us back (Owns).
 		fn.MarkFailed("StartFailed", fmt.Sprintf("the new version did not become ready within %d s: %s", resources.ProgressDeadline, stalled(live)))
@@ -330,24 +337,57 @@ func (r *FunctionReconciler) replicas(ctx context.Context, fn *slessv1.Function)
 	return 1, nil
 }
 
-// finalize removes the stored code and the image, then lets the Function go.
-func (r *FunctionReconciler) finalize(ctx context.Context, fn *slessv1.Function) error {
+// collectImages deletes the function's earlier images from the registry once its current one
+// serves every replica (the rollout is done; running containers keep what they pulled). It runs
+// inside the function's reconcile, so no build of it can push meanwhile. A failure is reported,
+// not retried: the next version's rollout collects again.
+func (r *FunctionReconciler) collectImages(ctx context.Context, fn *slessv1.Function) {
+	deleted, err := r.Pipeline.CollectImages(ctx, fn.Namespace, fn.Name, fn.Status.Image)
+	if len(deleted) > 0 {
+		log.FromContext(ctx).Info("deleted earlier images", "images", deleted)
+	}
+	if err != nil {
+		r.event(fn, corev1.EventTypeWarning, "CollectFailed", "deleting earlier images: %v", err)
+	}
+}
+
+// DefaultCleanupTimeout is how long a deleted Function's finalizer keeps trying to delete its
+// images: one that cannot be deleted (the registry is gone, or refuses) must not keep the
+// Function, and with it its namespace, forever.
+const DefaultCleanupTimeout = 2 * time.Minute
+
+// finalize removes the stored code and every image of the function (all its versions), then lets
+// the Function go. Failures are retried every 15 s; CleanupTimeout after the delete it gives up on
+// the images: a Warning Event names them, and ConfigMap OrphanedImagesConfigMap keeps them for
+// the Collector to try again.
+func (r *FunctionReconciler) finalize(ctx context.Context, fn *slessv1.Function) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(fn, Finalizer) {
-		return nil
+		return ctrl.Result{}, nil
 	}
 	if err := r.Code.DeletePrefix(ctx, codestore.Prefix(fn.Namespace, fn.Name)); err != nil {
-		return fmt.Errorf("deleting stored code: %w", err)
+		return ctrl.Result{}, fmt.Errorf("deleting stored code: %w", err)
 	}
-	if fn.Status.Image != "" {
-		if err := r.Pipeline.DeleteImages(ctx, fn.Status.Image); err != nil {
-			return err
+	// Keeping nothing deletes every version the repository holds, the current one included.
+	_, err := r.Pipeline.CollectImages(ctx, fn.Namespace, fn.Name)
+	if err == nil && fn.Status.Image != "" {
+		err = r.Pipeline.DeleteImages(ctx, fn.Status.Image) // pushed before versions were tagged
+	}
+	if err != nil {
+		if timeout := cmp.Or(r.CleanupTimeout, DefaultCleanupTimeout); time.Since(fn.DeletionTimestamp.Time) < timeout {
+			log.FromContext(ctx).Info("deleting images failed; retrying", "error", err)
+			return ctrl.Result{RequeueAfter: min(15*time.Second, timeout/2)}, nil
 		}
+		if rerr := recordOrphan(ctx, r.Client, r.OperatorNamespace, fn); rerr != nil {
+			return ctrl.Result{}, rerr
+		}
+		r.event(fn, corev1.EventTypeWarning, "CleanupAbandoned", "gave up deleting the images of %s/%s (recorded in ConfigMap %s/%s for a later collection): %v",
+			fn.Namespace, fn.Name, r.OperatorNamespace, OrphanedImagesConfigMap, err)
 	}
 	controllerutil.RemoveFinalizer(fn, Finalizer)
 	if err := r.Update(ctx, fn); err != nil && !apierrors.IsNotFound(err) {
-		return err
+		return ctrl.Result{}, err
 	}
-	return nil
+	return ctrl.Result{}, nil
 }
 
 func mergePorts(live, want []corev1.ServicePort) []corev1.ServicePort {

@@ -46,6 +46,8 @@ type startConfig struct {
 	builder  []oci.Option
 	pipeline []build.Option
 	deps     *controllers.DepsConfig
+	// reconciler adjusts the reconciler before it starts.
+	reconciler func(*controllers.FunctionReconciler)
 }
 
 func newFnEnv(t *testing.T, ns string) *fnEnv {
@@ -87,6 +89,9 @@ func (e *fnEnv) start(configure func(*startConfig)) (*controllers.FunctionReconc
 		t.Fatal(err)
 	}
 	r.Client, r.APIReader, r.Scheme, r.Recorder = mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), mgr.GetEventRecorderFor("sless-operator")
+	if sc.reconciler != nil {
+		sc.reconciler(r)
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
