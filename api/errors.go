@@ -9,6 +9,10 @@ import (
 	"github.com/sless-dev/sless/layers"
 )
 
+// ErrQuotaExceeded is what a store returns (wrapped, with a message naming the quota) for a create
+// that would take a namespace beyond its quota; the API answers 403 quota_exceeded.
+var ErrQuotaExceeded = errors.New("quota exceeded")
+
 // writeJSON writes v with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -35,6 +39,8 @@ func toAPIError(err error) *apiv1.Error {
 		return apiv1.Errorf(apiv1.CodeAlreadyExists, "%v", err)
 	case errors.Is(err, ErrConflict):
 		return apiv1.Errorf(apiv1.CodeConflict, "%v", err)
+	case errors.Is(err, ErrQuotaExceeded):
+		return apiv1.Errorf(apiv1.CodeQuotaExceeded, "%v", err)
 	case errors.Is(err, layers.ErrTooLarge):
 		return apiv1.Errorf(apiv1.CodePayloadTooLarge, "%v", err)
 	case errors.Is(err, layers.ErrInvalidArchive), errors.Is(err, layers.ErrUnsafePath),

@@ -21,6 +21,10 @@ const (
 	CodeInternal        = "internal"          // 500
 	// CodeThrottled: too many requests of this kind for now; Retry-After says when to try again.
 	CodeThrottled = "throttled" // 429
+	// CodeQuotaExceeded: the namespace holds as much of something as its quota allows (e.g.
+	// functions); the message names the quota. Not 429: retrying changes nothing until something
+	// is deleted or the quota raised.
+	CodeQuotaExceeded = "quota_exceeded" // 403
 )
 
 // StatusOf maps an error code to its HTTP status.
@@ -44,6 +48,8 @@ func StatusOf(code string) int {
 		return http.StatusGatewayTimeout
 	case CodeThrottled:
 		return http.StatusTooManyRequests
+	case CodeQuotaExceeded:
+		return http.StatusForbidden
 	default:
 		return http.StatusInternalServerError
 	}
