@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -81,6 +82,7 @@ type config struct {
 	indexHosts                                   []string
 	policyGate                                   bool
 	runtimes                                     runtimeFlags
+	quota                                        resources.TenantQuota
 
 	// Set by loadRegistryAuth.
 	keychain   authn.Keychain
@@ -89,7 +91,7 @@ type config struct {
 }
 
 func parseFlags(args []string) (*config, error) {
-	c := &config{runtimes: runtimeFlags{}}
+	c := &config{runtimes: runtimeFlags{}, quota: resources.DefaultTenantQuota}
 	fs := flag.NewFlagSet("sless-operator", flag.ContinueOnError)
 	fs.StringVar(&c.listen, "listen", ":8080", "REST API and /fn/ address")
 	fs.StringVar(&c.publicURL, "public-url", "http://127.0.0.1:8080", "base URL users reach the API at")
@@ -126,8 +128,21 @@ func parseFlags(args []string) (*config, error) {
 		return nil
 	})
 	fs.Var(c.runtimes, "runtime", "NAME=IMAGE@sha256:… (repeatable): runtime images by digest")
+	// Each tenant namespace's ResourceQuota (and LimitRange); ensure brings existing tenants to new values.
+	fs.Var(quantityFlag{&c.quota.CPU}, "tenant-quota-cpu", "CPU limits (and requests) a tenant namespace's pods may have in all (limits.cpu, requests.cpu)")
+	fs.Var(quantityFlag{&c.quota.Memory}, "tenant-quota-memory", "memory limits a tenant namespace's pods may have in all (limits.memory)")
+	fs.Var(quantityFlag{&c.quota.EphemeralStorage}, "tenant-quota-ephemeral-storage", "local disk a tenant namespace's pods may request and use in all (requests.ephemeral-storage, limits.ephemeral-storage)")
+	fs.Int64Var(&c.quota.Pods, "tenant-quota-pods", c.quota.Pods, "pods a tenant namespace may have (pods)")
+	fs.Int64Var(&c.quota.Functions, "tenant-quota-functions", c.quota.Functions, "functions a tenant namespace may hold (count/functions.sless.dev); a create beyond is 403 quota_exceeded")
+	fs.Var(quantityFlag{&c.quota.ContainerCPU}, "tenant-container-cpu", "CPU limit of a tenant container that sets none, and the most one may set (the LimitRange)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	for _, q := range []resource.Quantity{c.quota.CPU, c.quota.Memory, c.quota.EphemeralStorage, c.quota.ContainerCPU,
+		*resource.NewQuantity(c.quota.Pods, resource.DecimalSI), *resource.NewQuantity(c.quota.Functions, resource.DecimalSI)} {
+		if q.Sign() <= 0 {
+			return nil, errors.New("the --tenant-quota-* and --tenant-container-cpu values must be positive")
+		}
 	}
 	if c.registry == "" || len(c.runtimes) == 0 {
 		return nil, errors.New("--registry and at least one --runtime are required")
@@ -186,7 +201,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	backend := kubestore.New(direct, code, resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: cfg.tenantPull,
-		DepsEgress: splitList(cfg.egress), IndexProxyPort: cfg.proxyPort()},
+		DepsEgress: splitList(cfg.egress), IndexProxyPort: cfg.proxyPort(), Quota: cfg.quota},
 		// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
 		&kubestore.EndpointResolver{Reader: mgr.GetClient()})
 	// /fn/ reads functions and triggers from the manager's cache (the controllers watch both), not
@@ -386,6 +401,24 @@ func cachesSynced(mgr ctrl.Manager) func(context.Context) error {
 		synced.Store(true)
 		return nil
 	}
+}
+
+// quantityFlag is a flag holding a Kubernetes quantity ("16", "500m", "8Gi").
+type quantityFlag struct{ q *resource.Quantity }
+
+func (f quantityFlag) String() string {
+	if f.q == nil {
+		return ""
+	}
+	return f.q.String()
+}
+
+func (f quantityFlag) Set(v string) error {
+	q, err := resource.ParseQuantity(v)
+	if err == nil {
+		*f.q = q
+	}
+	return err
 }
 
 func splitList(s string) []string {

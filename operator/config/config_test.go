@@ -11,7 +11,7 @@ import (
 // manager.yaml, so it goes last.
 func TestManifestsApply(t *testing.T) {
 	env := kubetest.Start(t)
-	for _, f := range []string{"rbac/role.yaml", "rbac/role_binding.yaml", "rbac/namespace_deletes.yaml", "manager/manager.yaml", "rbac/service_account.yaml"} {
+	for _, f := range []string{"rbac/role.yaml", "rbac/role_binding.yaml", "rbac/namespace_deletes.yaml", "rbac/tenant_updates.yaml", "manager/manager.yaml", "rbac/service_account.yaml"} {
 		applyFile(t, env.Client, f)
 	}
 }

@@ -2,15 +2,20 @@ package kubestore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,10 +31,12 @@ import (
 )
 
 // +kubebuilder:rbac:groups=sless.dev,resources=functions;triggers;functionjobs,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges;secrets,verbs=create
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=create
+// +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges,verbs=get;create;update
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;create;update
+// Secrets: create and update (a whole object, which returns nothing of the old one), never read.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update
 
 // New is an api.Backend on the cluster c reaches; /fn/ goes where resolver says (an
 // EndpointResolver in the operator).
@@ -50,7 +57,13 @@ func ServingView(c client.Client) *api.ServingView {
 	return &api.ServingView{Functions: &functions{c: c}, Triggers: &triggers{c: c}}
 }
 
+// notFound maps the API server's refusals to the API's errors.
 func notFound(err error, ns, name string) error {
+	// The ResourceQuota admission's refusal ("… is forbidden: exceeded quota: sless-quota,
+	// requested: count/functions.sless.dev=1, used: …, limited: …"): nothing was stored.
+	if _, detail, ok := strings.Cut(errString(err), "exceeded quota: "); ok && apierrors.IsForbidden(err) {
+		return fmt.Errorf("%w: %s (the namespace's ResourceQuota: delete something first, or ask the platform's operator to raise it)", api.ErrQuotaExceeded, detail)
+	}
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
 	}
@@ -58,6 +71,13 @@ func notFound(err error, ns, name string) error {
 		return fmt.Errorf("%s/%s: %w", ns, name, api.ErrAlreadyExists)
 	}
 	return err
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // EndpointResolver routes /fn/ to a ready pod behind the function's Service, read from the
@@ -111,17 +131,195 @@ type namespaces struct {
 	tenant resources.TenantConfig
 }
 
+// Ensure creates the tenant namespace and its objects, and brings existing ones up to what
+// TenantObjects says now (new quota values, network policies, a rotated pull secret): an object
+// whose content differs is updated, one not labelled managed-by sless is left alone. It writes
+// nothing when all is current.
 func (n *namespaces) Ensure(ctx context.Context, ns string) error {
-	nsObj, objs := resources.TenantObjects(ns, n.tenant)
-	if err := n.c.Create(ctx, nsObj); err != nil && !apierrors.IsAlreadyExists(err) {
+	return ensureTenant(ctx, n.c, ns, n.tenant)
+}
+
+// EnsureTenants does Ensure for every tenant namespace there is (labelled managed-by sless), so
+// that what changed in tenant (quota values, rotated registry keys) reaches tenants that do not
+// call ensure again. One namespace's failure does not stop the others; all are returned.
+func EnsureTenants(ctx context.Context, c client.Client, tenant resources.TenantConfig) error {
+	var l corev1.NamespaceList
+	if err := c.List(ctx, &l, client.MatchingLabels{runspec.LabelManagedBy: runspec.ManagedBy}); err != nil {
 		return err
 	}
+	var errs []error
+	for _, ns := range l.Items {
+		if !ns.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := ensureTenant(ctx, c, ns.Name, tenant); err != nil {
+			errs = append(errs, fmt.Errorf("namespace %s: %w", ns.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// pullSecretHash is the namespace annotation with the sha256 of the pull secret last written:
+// the operator may not read Secrets, so this is how it knows whether the secret is current.
+const pullSecretHash = "sless.dev/pull-secret-sha256"
+
+func ensureTenant(ctx context.Context, c client.Client, ns string, tenant resources.TenantConfig) error {
+	want, objs := resources.TenantObjects(ns, tenant)
+	nsObj, err := ensureNamespace(ctx, c, want)
+	if err != nil {
+		return err
+	}
+	var secret *corev1.Secret
 	for _, o := range objs {
-		if err := n.c.Create(ctx, o.(client.Object)); err != nil && !apierrors.IsAlreadyExists(err) {
+		switch o := o.(type) {
+		case *corev1.Secret:
+			secret = o
+		case *corev1.ResourceQuota:
+			err = ensureObject(ctx, c, o, &corev1.ResourceQuota{}, func(cur *corev1.ResourceQuota) bool {
+				return equality.Semantic.DeepEqual(cur.Spec, o.Spec)
+			}, func(cur *corev1.ResourceQuota) { cur.Spec = o.Spec })
+		case *corev1.LimitRange:
+			err = ensureObject(ctx, c, o, &corev1.LimitRange{}, func(cur *corev1.LimitRange) bool {
+				return equality.Semantic.DeepEqual(cur.Spec, o.Spec)
+			}, func(cur *corev1.LimitRange) { cur.Spec = o.Spec })
+		case *networkingv1.NetworkPolicy:
+			err = ensureObject(ctx, c, o, &networkingv1.NetworkPolicy{}, func(cur *networkingv1.NetworkPolicy) bool {
+				return equality.Semantic.DeepEqual(cur.Spec, o.Spec)
+			}, func(cur *networkingv1.NetworkPolicy) { cur.Spec = o.Spec })
+		default:
+			err = fmt.Errorf("kubestore: no way to ensure a %T", o)
+		}
+		if err != nil {
 			return err
 		}
 	}
+	if secret != nil {
+		return ensurePullSecret(ctx, c, nsObj, secret)
+	}
 	return nil
+}
+
+// ensureNamespace creates the namespace, or adds the labels it lacks to an existing one of ours.
+// A namespace of that name that sless does not manage, or one being deleted, is a conflict.
+func ensureNamespace(ctx context.Context, c client.Client, want *corev1.Namespace) (*corev1.Namespace, error) {
+	var cur corev1.Namespace
+	err := retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }, func() error {
+		if err := c.Get(ctx, client.ObjectKey{Name: want.Name}, &cur); apierrors.IsNotFound(err) {
+			cur = *want.DeepCopy()
+			return c.Create(ctx, &cur)
+		} else if err != nil {
+			return err
+		}
+		switch {
+		case cur.Labels[runspec.LabelManagedBy] != runspec.ManagedBy:
+			return fmt.Errorf("namespace %s exists and is not managed by sless (label %s=%s): %w", want.Name, runspec.LabelManagedBy, runspec.ManagedBy, api.ErrConflict)
+		case !cur.DeletionTimestamp.IsZero():
+			return fmt.Errorf("namespace %s is being deleted; ensure it again once it is gone: %w", want.Name, api.ErrConflict)
+		case hasLabels(&cur, want.Labels):
+			return nil
+		}
+		for k, v := range want.Labels {
+			setLabel(&cur, k, v)
+		}
+		return c.Update(ctx, &cur)
+	})
+	return &cur, err
+}
+
+// ensureObject creates want, or updates the existing object of its name (read into cur) when same
+// says its content differs, through set; with a retry when someone else wrote it meanwhile.
+func ensureObject[T client.Object](ctx context.Context, c client.Client, want, cur T, same func(T) bool, set func(T)) error {
+	return retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(want), cur); apierrors.IsNotFound(err) {
+			return c.Create(ctx, want.DeepCopyObject().(client.Object))
+		} else if err != nil {
+			return err
+		}
+		if cur.GetLabels()[runspec.LabelManagedBy] != runspec.ManagedBy {
+			return nil // not ours (an administrator's): left as it is
+		}
+		if same(cur) && hasLabels(cur, want.GetLabels()) {
+			return nil
+		}
+		set(cur)
+		for k, v := range want.GetLabels() {
+			setLabel(cur, k, v)
+		}
+		return c.Update(ctx, cur)
+	})
+}
+
+// ensurePullSecret writes the pull secret when it is missing or, as the namespace's annotation
+// says, not what it should be now. The operator may create and update Secrets but not read them:
+// the update replaces the whole object (no resourceVersion), so nothing of the old one comes
+// back, and the API server's admission policy (config/rbac/tenant_updates.yaml) refuses it for a
+// Secret not labelled managed-by sless — then it is left alone, as in ensureObject.
+func ensurePullSecret(ctx context.Context, c client.Client, nsObj *corev1.Namespace, want *corev1.Secret) error {
+	sum := secretHash(want)
+	err := c.Create(ctx, want.DeepCopy())
+	switch {
+	case err == nil:
+	case !apierrors.IsAlreadyExists(err):
+		return err
+	case nsObj.Annotations[pullSecretHash] == sum:
+		return nil
+	default:
+		if err := c.Update(ctx, want.DeepCopy()); err != nil {
+			if (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), notManaged) {
+				return nil
+			}
+			return err
+		}
+	}
+	if nsObj.Annotations[pullSecretHash] == sum {
+		return nil
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cur corev1.Namespace
+		if err := c.Get(ctx, client.ObjectKeyFromObject(nsObj), &cur); err != nil {
+			return err
+		}
+		if cur.Annotations == nil {
+			cur.Annotations = map[string]string{}
+		}
+		cur.Annotations[pullSecretHash] = sum
+		return c.Update(ctx, &cur)
+	})
+}
+
+// notManaged is in the admission policy's refusal of an update to an object sless does not manage.
+const notManaged = "updates only the tenant objects it manages"
+
+func secretHash(s *corev1.Secret) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n", s.Type)
+	keys := make([]string, 0, len(s.Data))
+	for k := range s.Data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(h, "%s=%x\n", k, s.Data[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func hasLabels(o metav1.Object, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := o.GetLabels()[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func setLabel(o metav1.Object, k, v string) {
+	l := o.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[k] = v
+	o.SetLabels(l)
 }
 
 func (n *namespaces) Exists(ctx context.Context, ns string) (bool, error) {

@@ -5,10 +5,14 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -62,6 +66,57 @@ func (k controller) SetJobStatus(ns, name string, f func(*apiv1.JobStatus)) erro
 	f(&st)
 	j.Status.Phase, j.Status.Message, j.Status.LastRunID, j.Status.ObservedGeneration = st.Phase, st.Message, st.LastRunID, j.Generation
 	return k.c.Status().Update(ctx, &j)
+}
+
+// SetFunctionQuota sets the namespace's ResourceQuota to n functions and writes its status as the
+// quota controller would (hard from the spec, used counted from what is there): envtest runs no
+// quota controller, and the API server's quota admission enforces only what the status says.
+// Admission reads quotas from an informer, so the status also carries a fence that alternates
+// between writes (count/configmaps=0, or none): once a dry-run ConfigMap create answers as this
+// write says, admission sees it.
+func (k controller) SetFunctionQuota(ns string, n int) error {
+	ctx := context.Background()
+	var fl slessv1.FunctionList
+	if err := k.c.List(ctx, &fl, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	var q corev1.ResourceQuota
+	if err := k.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sless-quota"}, &q); err != nil {
+		return err
+	}
+	q.Spec.Hard[resources.QuotaFunctions] = *resource.NewQuantity(int64(n), resource.DecimalSI)
+	if err := k.c.Update(ctx, &q); err != nil {
+		return err
+	}
+	const fence = corev1.ResourceName("count/configmaps")
+	_, fenced := q.Status.Hard[fence]
+	fenced = !fenced
+	q.Status.Hard, q.Status.Used = q.Spec.Hard.DeepCopy(), corev1.ResourceList{}
+	for r := range q.Status.Hard {
+		q.Status.Used[r] = resource.MustParse("0") // no pods run here
+	}
+	q.Status.Used[resources.QuotaFunctions] = *resource.NewQuantity(int64(len(fl.Items)), resource.DecimalSI)
+	if fenced {
+		q.Status.Hard[fence], q.Status.Used[fence] = resource.MustParse("0"), resource.MustParse("0")
+	}
+	if err := k.c.Status().Update(ctx, &q); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := k.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fence", Namespace: ns}}, client.DryRunAll)
+		refused := apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
+		if err != nil && !refused {
+			return err
+		}
+		if refused == fenced {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("quota admission did not see the quota's new status within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // The API's conformance suite on the CRDs.

@@ -264,6 +264,15 @@ type DepsJob struct {
 	Insecure bool
 }
 
+// depsScratch bounds each emptyDir of a dependency install: /out (the installed packages) and
+// /work (pip's downloads, npm's cache, the push step's spool of the layer).
+var depsScratch = resource.MustParse("2Gi")
+
+// depsEphemeral is a deps container's ephemeral-storage limit. The kubelet evicts a pod whose
+// emptyDirs, logs and writable layers pass the sum of its containers' limits (the largest init
+// container's, if more), so one container's limit holds both volumes, /tmp and the logs.
+var depsEphemeral = resource.MustParse("5Gi")
+
 // dockerConfigDir is where a deps Job's push container finds its registry credential.
 const dockerConfigDir = "/etc/sless/docker"
 
@@ -297,10 +306,11 @@ func MakeDepsJob(d DepsJob) (*batchv1.Job, *corev1.ConfigMap) {
 		k, v, _ := strings.Cut(kv, "=")
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
 	}
-	// An install is bigger than a function: more memory than the namespace's default limit.
+	// An install is bigger than a function: more memory and disk than the namespace's defaults.
 	res := corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi"), corev1.ResourceCPU: resource.MustParse("100m")},
-		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+		Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi"), corev1.ResourceCPU: resource.MustParse("100m"),
+			corev1.ResourceEphemeralStorage: resource.MustParse("512Mi")},
+		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi"), corev1.ResourceEphemeralStorage: depsEphemeral},
 	}
 	push := []string{"sless", "deps", "push", "--dir", "/out", "--to", d.PushTo, "--prefix", d.DepsDir}
 	if d.Insecure {
@@ -311,8 +321,8 @@ func MakeDepsJob(d DepsJob) (*batchv1.Job, *corev1.ConfigMap) {
 		RestartPolicy: corev1.RestartPolicyNever,
 		Volumes: []corev1.Volume{
 			{Name: "in", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: d.Name}}}},
-			{Name: "out", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-			{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "out", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptrQuantity(depsScratch)}}},
+			{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptrQuantity(depsScratch)}}},
 			{Name: "registry-auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: d.PushSecret,
 				Items: []corev1.KeyToPath{{Key: corev1.DockerConfigJsonKey, Path: "config.json"}}}}},
 		},
@@ -336,3 +346,5 @@ func MakeDepsJob(d DepsJob) (*batchv1.Job, *corev1.ConfigMap) {
 }
 
 func ptrIntStr(v intstr.IntOrString) *intstr.IntOrString { return &v }
+
+func ptrQuantity(q resource.Quantity) *resource.Quantity { return &q }
