@@ -65,6 +65,24 @@ type Config struct {
 	// for a human (default: none).
 	Logger   *slog.Logger
 	Progress io.Writer
+	// Quota caps each namespace (tenant) on this host; a zero field: no cap.
+	Quota Quota
+}
+
+// Quota is what one namespace may have on this host at once, as a tenant's ResourceQuota bounds
+// it on Kubernetes.
+type Quota struct {
+	// Functions it may hold: a create beyond is 403 quota_exceeded (checked in the state file's
+	// transaction that stores the function).
+	Functions int
+	// MemoryMB its running function, job and cron containers may have in all (their memory
+	// limits): a function beyond fails to start, with the reason in its status, and is retried; a
+	// job or cron run beyond waits (a job shows Pending with the reason) for memory to be freed.
+	// One that alone needs more fails at once.
+	MemoryMB int
+	// Runs is how many job and cron runs it may have going: one beyond waits for one to end
+	// (a cron time that passes meanwhile folds into the waiting run, as concurrencyPolicy Forbid).
+	Runs int
 }
 
 // Platform is one single-host sless: state, registry, build pipeline, runner, controller.
@@ -119,6 +137,7 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	if p.db, err = state.Open(filepath.Join(cfg.DataDir, "state.db"), p.ctrl.changed); err != nil {
 		return nil, err
 	}
+	p.db.SetMaxFunctions(cfg.Quota.Functions)
 	fail := func(err error) (*Platform, error) { p.Close(); return nil, err }
 	// Tenant code gets networks of the instance's own: no host service, no other container, no
 	// metadata address; installs reach only the index proxy on their gateway.
@@ -143,6 +162,7 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 		return fail(err)
 	}
 	p.run = runner.New(p.pm, p.instance, cfg.DataDir, p.nets.Functions.Name)
+	p.run.SetLimits(runner.Limits{MemoryMB: cfg.Quota.MemoryMB, Runs: cfg.Quota.Runs})
 	if p.code, err = codestore.NewDir(filepath.Join(cfg.DataDir, "code")); err != nil {
 		return fail(err)
 	}

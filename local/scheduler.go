@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -47,10 +48,11 @@ type scheduler struct {
 	mu        sync.Mutex
 	firstSeen map[string]time.Time
 	running   map[string]bool
+	waiting   map[string]bool // for a free place under the namespace's quota (logged once)
 }
 
 func newScheduler(c *controller) *scheduler {
-	return &scheduler{c: c, poke: make(chan chan struct{}), firstSeen: map[string]time.Time{}, running: map[string]bool{}}
+	return &scheduler{c: c, poke: make(chan chan struct{}), firstSeen: map[string]time.Time{}, running: map[string]bool{}, waiting: map[string]bool{}}
 }
 
 // Poke runs a scheduling pass now and returns when it has started any due runs.
@@ -130,31 +132,58 @@ func (s *scheduler) fire(ctx context.Context, ns string, t api.Trigger, due time
 	name := t.Spec.Name
 	k := ns + "/" + name
 	dueUTC := due.UTC()
-	if err := p.db.Triggers.UpdateStatus(ns, name, 0, func(st *apiv1.TriggerStatus) { st.LastScheduleTime = &dueUTC }); err != nil {
-		return
+	// Recording the time consumes it: this run happens now or not at all.
+	consume := func() error {
+		return p.db.Triggers.UpdateStatus(ns, name, 0, func(st *apiv1.TriggerStatus) { st.LastScheduleTime = &dueUTC })
 	}
 	fn, err := p.db.Functions.Get(ctx, ns, t.Spec.FunctionRef)
 	b, _ := p.db.Build(ns, t.Spec.FunctionRef)
 	if err != nil || b.Image == "" {
-		p.log.Warn("cron: function not built; skipped", "trigger", k, "function", t.Spec.FunctionRef)
+		if consume() == nil {
+			p.log.Warn("cron: function not built; skipped", "trigger", k, "function", t.Spec.FunctionRef)
+		}
 		return
 	}
-	s.mu.Lock()
-	s.running[k] = true
-	s.mu.Unlock()
 	rf, err := s.c.p.runnerFunction(ns, fn.Spec, b.Image)
 	if err != nil {
-		s.mu.Lock()
-		delete(s.running, k)
-		s.mu.Unlock()
-		s.c.p.log.Error("cron run not started", "namespace", ns, "trigger", name, "error", err)
+		if consume() == nil {
+			s.c.p.log.Error("cron run not started", "namespace", ns, "trigger", name, "error", err)
+		}
 		return
 	}
 	run := runner.Run{Container: fmt.Sprintf("sless-cron-%s-%s-%d", ns, name, due.Unix()), Role: runspec.RoleCron,
 		Event: runspec.CronEvent(name, dueUTC), Function: rf}
+	if err := p.run.Reserve(ctx, run); err != nil {
+		if qe, ok := errors.AsType[*runner.QuotaError](err); ok && !qe.Never() {
+			// Beyond the namespace's quota (runs at once, memory) the run waits: the time stays due
+			// and is tried on every pass; times that pass meanwhile fold into one run of the latest
+			// (as concurrencyPolicy Forbid does).
+			s.mu.Lock()
+			first := !s.waiting[k]
+			s.waiting[k] = true
+			s.mu.Unlock()
+			if first {
+				p.log.Warn("cron run waits for its namespace's quota", "trigger", k, "reason", qe.Error())
+			}
+			return
+		}
+		if consume() == nil {
+			p.log.Warn("cron run not started", "trigger", k, "error", err)
+		}
+		return
+	}
+	if err := consume(); err != nil {
+		p.run.Release(run.Container)
+		return
+	}
+	s.mu.Lock()
+	delete(s.waiting, k)
+	s.running[k] = true
+	s.mu.Unlock()
 	s.c.runs.Add(1)
 	go func() {
 		defer s.c.runs.Done()
+		defer s.c.enqueueWaiting(ns) // a place is free for the namespace's waiting jobs
 		defer func() { s.mu.Lock(); delete(s.running, k); s.mu.Unlock() }()
 		start := time.Now()
 		out := p.run.RunOnce(ctx, run)

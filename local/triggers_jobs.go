@@ -79,18 +79,40 @@ func (c *controller) reconcileJob(ctx context.Context, ns, jname string) error {
 			*s = apiv1.JobStatus{Phase: apiv1.JobPending, Message: fmt.Sprintf("waiting for function %q to be built", spec.FunctionRef), LastRunID: s.LastRunID}
 		})
 	}
-	now := time.Now().UTC().Truncate(time.Second)
-	runID := spec.RunID
-	if err := setStatus(func(s *apiv1.JobStatus) {
-		*s = apiv1.JobStatus{Phase: apiv1.JobRunning, LastRunID: runID, StartTime: &now}
-	}); err != nil {
-		return err
-	}
 	rf, err := p.runnerFunction(ns, fn.Spec, b.Image)
 	if err != nil {
 		return err
 	}
+	runID := spec.RunID
 	run := runner.Run{Container: jobContainer(ns, jname, runID), Role: runspec.RoleJob, Job: jname, Event: spec.EventJSON, Function: rf}
+	// Booked before the run is recorded as started: a run beyond the namespace's quota (runs at
+	// once, memory) waits as Pending, as a Job's pod waits for quota on Kubernetes.
+	if err := p.run.Reserve(ctx, run); err != nil {
+		qe, ok := errors.AsType[*runner.QuotaError](err)
+		if !ok {
+			return err
+		}
+		now := time.Now().UTC().Truncate(time.Second)
+		if qe.Never() {
+			// Waiting would not help: this run is over; a higher run_id tries again.
+			return setStatus(func(s *apiv1.JobStatus) {
+				*s = apiv1.JobStatus{Phase: apiv1.JobFailed, Message: qe.Error(), LastRunID: runID, StartTime: &now, CompletionTime: &now}
+			})
+		}
+		if err := setStatus(func(s *apiv1.JobStatus) {
+			*s = apiv1.JobStatus{Phase: apiv1.JobPending, Message: "waiting to start: " + qe.Error(), LastRunID: s.LastRunID}
+		}); err != nil {
+			return err
+		}
+		return requeueAfter(quotaRecheck) // a run that ends enqueues the waiting ones sooner
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	if err := setStatus(func(s *apiv1.JobStatus) {
+		*s = apiv1.JobStatus{Phase: apiv1.JobRunning, LastRunID: runID, StartTime: &now}
+	}); err != nil {
+		p.run.Release(run.Container)
+		return err
+	}
 	c.runs.Add(1)
 	go func() {
 		defer c.runs.Done()
@@ -99,6 +121,23 @@ func (c *controller) reconcileJob(ctx context.Context, ns, jname string) error {
 		}
 	}()
 	return nil
+}
+
+// quotaRecheck is how often a job waiting for its namespace's quota looks again (memory that a
+// function's container frees is not announced).
+const quotaRecheck = 5 * time.Second
+
+// enqueueWaiting reconciles ns's jobs that wait to start: a run of the namespace ended.
+func (c *controller) enqueueWaiting(ns string) {
+	js, err := c.p.db.Jobs.List(context.Background(), ns)
+	if err != nil {
+		return
+	}
+	for _, j := range js {
+		if j.Status.Phase == apiv1.JobPending && j.Spec.RunID > j.Status.LastRunID {
+			c.queue.Add(key{state.KindJob, ns, j.Spec.Name})
+		}
+	}
 }
 
 func (c *controller) finishJob(ns, jname string, runID int64, out runner.Outcome) {
@@ -113,4 +152,5 @@ func (c *controller) finishJob(ns, jname string, runID int64, out runner.Outcome
 		}
 		s.Message, s.CompletionTime = out.Message, &done
 	})
+	c.enqueueWaiting(ns)
 }

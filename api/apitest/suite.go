@@ -22,6 +22,7 @@ func Run(t *testing.T, b Backend) {
 		{"FunctionHosts", testFunctionHosts},
 		{"UploadThrottle", testUploadThrottle},
 		{"ErrorEnvelopeEverywhere", testErrorEnvelopeEverywhere},
+		{"FunctionQuota", testFunctionQuota},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, b) })
 	}

@@ -17,6 +17,16 @@ type Store[S, St any] struct {
 	mu   sync.Mutex
 	m    map[string]map[string]api.Object[S, St]
 	name func(S) string
+	max  int    // objects per namespace; 0: no cap
+	kind string // what they are, plural, for the quota's message
+}
+
+// SetMaxPerNamespace caps the objects (kind, plural: "functions") one namespace may hold (0: no
+// cap): a create beyond it returns api.ErrQuotaExceeded, as the real backends' quotas do.
+func (s *Store[S, St]) SetMaxPerNamespace(n int, kind string) {
+	s.mu.Lock()
+	s.max, s.kind = n, kind
+	s.mu.Unlock()
 }
 
 // New makes an empty store.
@@ -56,6 +66,10 @@ func (s *Store[S, St]) Create(_ context.Context, ns string, spec S) (api.Object[
 	n := s.name(spec)
 	if _, ok := s.m[ns][n]; ok {
 		return api.Object[S, St]{}, fmt.Errorf("%s/%s: %w", ns, n, api.ErrAlreadyExists)
+	}
+	if s.max > 0 && len(s.m[ns]) >= s.max {
+		return api.Object[S, St]{}, fmt.Errorf("%w: namespace %s holds %d %s, the most its quota allows; delete one first",
+			api.ErrQuotaExceeded, ns, len(s.m[ns]), s.kind)
 	}
 	if s.m[ns] == nil {
 		s.m[ns] = map[string]api.Object[S, St]{}

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/auth"
 	"github.com/sless-dev/sless/local"
@@ -53,7 +55,16 @@ type upConfig struct {
 	testClock, quiet                                                         bool
 	subnet                                                                   netip.Prefix
 	indexHosts                                                               []string
+	quota                                                                    local.Quota
 }
+
+// Per-tenant caps of sless up by default: the operator's (--tenant-quota-functions 100,
+// --tenant-quota-memory 8Gi), and 5 job and cron runs at once.
+const (
+	defaultQuotaFunctions = 100
+	defaultQuotaMemory    = "8Gi"
+	defaultQuotaRuns      = 5
+)
 
 // fnDomainUsage is the same on both binaries.
 const fnDomainUsage = "also serve each function at its own origin https://<name>--<namespace>.<domain>/ (point a wildcard DNS record and certificate at the API; no host below it serves the API). Use a domain of its own, ideally on the Public Suffix List"
@@ -90,6 +101,17 @@ func parseUpFlags(args []string, stderr io.Writer) (*upConfig, error) {
 		c.indexHosts = append(c.indexHosts, v)
 		return nil
 	})
+	fs.IntVar(&c.quota.Functions, "tenant-quota-functions", defaultQuotaFunctions, "functions a namespace may hold; a create beyond is 403 quota_exceeded (0: no cap)")
+	c.quota.MemoryMB = mebibytes(resource.MustParse(defaultQuotaMemory))
+	fs.Func("tenant-quota-memory", "memory limits a namespace's running function, job and cron containers may have in all, e.g. 8Gi or 512Mi (default "+defaultQuotaMemory+"; 0: no cap)", func(v string) error {
+		q, err := resource.ParseQuantity(v)
+		if err != nil || q.Sign() < 0 {
+			return fmt.Errorf("want a quantity such as 8Gi or 512Mi, not %q", v)
+		}
+		c.quota.MemoryMB = mebibytes(q)
+		return nil
+	})
+	fs.IntVar(&c.quota.Runs, "tenant-quota-runs", defaultQuotaRuns, "job and cron runs a namespace may have going at once; one beyond waits (0: no cap)")
 	fs.BoolVar(&c.testClock, "test-clock", false, "cron follows a manual clock set with POST /debug/clock?time=RFC3339 (tests only)")
 	fs.BoolVar(&c.quiet, "quiet", false, "no request log on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -98,6 +120,9 @@ func parseUpFlags(args []string, stderr io.Writer) (*upConfig, error) {
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
+	if c.quota.Functions < 0 || c.quota.Runs < 0 {
+		return nil, usageError{"--tenant-quota-functions and --tenant-quota-runs cannot be negative"}
+	}
 	if c.jwksURL != "" && c.pubKey != "" {
 		return nil, usageError{"give at most one of --jwks-url and --jwt-public-key"}
 	}
@@ -105,6 +130,11 @@ func parseUpFlags(args []string, stderr io.Writer) (*upConfig, error) {
 		c.basesScript = ""
 	}
 	return c, nil
+}
+
+// mebibytes is q in MiB, rounded up: a small positive value must not become 0, "no cap".
+func mebibytes(q resource.Quantity) int {
+	return int((q.Value() + 1<<20 - 1) >> 20)
 }
 
 // runUp is `sless up`: the whole platform on one host.
@@ -148,7 +178,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var srv *api.Server // builds are counted on its /metrics
 	p, err := local.Open(ctx, local.Config{DataDir: c.dataDir, RegistryListen: c.regListen, PodmanRoot: c.podmanRoot,
 		BasesDir: c.basesDir, Clock: clock, Logger: logger, Progress: stderr,
-		PipIndexURL: c.pipIndex, NPMRegistry: c.npmRegistry, DepsCAFile: c.depsCA, Subnet: c.subnet, IndexHosts: c.indexHosts,
+		PipIndexURL: c.pipIndex, NPMRegistry: c.npmRegistry, DepsCAFile: c.depsCA, Subnet: c.subnet, IndexHosts: c.indexHosts, Quota: c.quota,
 		ObserveBuild: func(result string, d time.Duration) { srv.ObserveBuild(result, d) }})
 	if err != nil {
 		return err

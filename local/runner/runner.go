@@ -53,12 +53,16 @@ type Runner struct {
 
 	mu     sync.RWMutex
 	routes map[string]*Instance // "ns/name" -> serving container
+
+	ledger *ledger // what each namespace's containers take, against its Limits
 }
 
 // New runs containers with pm on network (the instance's own: local/network), labelled with
 // instance; job results go under dataDir.
 func New(pm *podman.Client, instance, dataDir, network string) *Runner {
-	return &Runner{pm: pm, instance: instance, dataDir: dataDir, network: network, routes: map[string]*Instance{}}
+	r := &Runner{pm: pm, instance: instance, dataDir: dataDir, network: network, routes: map[string]*Instance{}}
+	r.ledger = newLedger(r.running)
+	return r
 }
 
 var _ api.Resolver = (*Runner)(nil)
@@ -196,8 +200,16 @@ func (r *Runner) environment(container string, hostID int, vars []runspec.EnvVar
 	return public, dir + ":" + envMount + ":ro", nil
 }
 
-// remove removes a container and what the runner kept for it.
+// remove removes a container and what the runner kept for it, and stops counting it.
 func (r *Runner) remove(ctx context.Context, name string, grace int) error {
+	err := r.clear(ctx, name, grace)
+	r.ledger.release(name)
+	return err
+}
+
+// clear removes a leftover container of the name a new one is about to take (its booking, if
+// any, is the new one's).
+func (r *Runner) clear(ctx context.Context, name string, grace int) error {
 	err := r.pm.Remove(ctx, name, grace)
 	os.RemoveAll(r.envDir(name))
 	return err
@@ -225,23 +237,31 @@ func (r *Runner) Remove(ctx context.Context, name string, grace int) error {
 // does not switch /fn/ to it (Switch does).
 func (r *Runner) Serve(ctx context.Context, f Function) (*Instance, error) {
 	cname := r.ContainerName(f)
+	bk := booking{ns: f.Namespace, fn: f.Name, role: runspec.RoleFunction, mb: f.MemoryMB}
 	if cs, err := r.List(ctx); err == nil {
 		if inst := r.adopt(ctx, cs, cname); inst != nil {
+			r.ledger.note(cname, bk)
 			return inst, nil
 		}
 	}
-	r.remove(ctx, cname, 5) // a stopped leftover of the same name, or one on another network
+	r.clear(ctx, cname, 5) // a stopped leftover of the same name, or one on another network
+	if err := r.ledger.reserve(ctx, cname, bk, false); err != nil {
+		return nil, err
+	}
 	labels := map[string]string{runspec.LabelInstance: r.instance, runspec.LabelNamespace: f.Namespace, runspec.LabelFunction: f.Name,
-		runspec.LabelPort: strconv.Itoa(runspec.Port), runspec.LabelRole: string(runspec.RoleFunction)}
+		runspec.LabelPort: strconv.Itoa(runspec.Port), runspec.LabelRole: string(runspec.RoleFunction), labelMemory: strconv.Itoa(f.MemoryMB)}
 	env, volume, err := r.environment(cname, f.hostID(), runspec.Env(f.instance()))
 	if err != nil {
+		r.ledger.release(cname)
 		return nil, err
 	}
 	if _, err := r.pm.Start(ctx, podman.Spec{Name: cname, Image: f.Image, Labels: labels, Env: env, Volumes: []string{volume},
 		Detach: true, MemoryMB: f.MemoryMB, Confined: true, Network: r.network, IDBase: f.IDBase}); err != nil {
 		os.RemoveAll(r.envDir(cname))
+		r.ledger.release(cname)
 		return nil, fmt.Errorf("starting the container: %w", err)
 	}
+	r.ledger.started(cname)
 	inst, err := r.instanceOf(ctx, cname, runspec.Port)
 	if err == nil {
 		err = r.waitHealthy(ctx, inst)
@@ -309,6 +329,7 @@ func (r *Runner) adoptPrevious(ctx context.Context, cs []Container, f Function) 
 				return nil
 			}
 			os.Rename(r.envDir(c.Name), r.envDir(inst.Name))
+			r.ledger.rename(c.Name, inst.Name)
 		}
 		return inst
 	}
@@ -438,25 +459,31 @@ type Outcome struct {
 	Interrupted bool
 }
 
-// RunOnce runs a job-mode container to completion.
+// RunOnce runs a job-mode container to completion. It takes over the run's booking (Reserve), or
+// books it: a run beyond its namespace's limits ends at once with the *QuotaError's message.
 func (r *Runner) RunOnce(ctx context.Context, run Run) Outcome {
 	resultDir := r.resultDir(run.Container)
-	r.remove(context.WithoutCancel(ctx), run.Container, 5)
+	r.clear(context.WithoutCancel(ctx), run.Container, 5)
+	if err := r.ledger.reserve(ctx, run.Container, runBooking(run), true); err != nil {
+		return Outcome{Message: err.Error()}
+	}
 	os.RemoveAll(resultDir)
 	// Job mode writes its result (or error) to TERMINATION_LOG, as on Kubernetes; a host directory
 	// mounted there hands it over without depending on the log pipeline.
 	if err := os.MkdirAll(resultDir, 0o700); err != nil {
+		r.ledger.release(run.Container)
 		return Outcome{Message: err.Error()}
 	}
 	os.Chown(resultDir, run.Function.hostID(), run.Function.hostID()) // the function's user, in its tenant's range
 	labels := map[string]string{runspec.LabelInstance: r.instance, runspec.LabelNamespace: run.Function.Namespace,
-		runspec.LabelFunction: run.Function.Name, runspec.LabelRole: string(run.Role)}
+		runspec.LabelFunction: run.Function.Name, runspec.LabelRole: string(run.Role), labelMemory: strconv.Itoa(run.Function.MemoryMB)}
 	if run.Job != "" {
 		labels[runspec.LabelJob] = run.Job
 	}
 	env, volume, err := r.environment(run.Container, run.Function.hostID(), append(runspec.JobEnv(run.Function.instance(), run.Event),
 		runspec.EnvVar{Name: runspec.EnvTerminationLog, Value: "/run/sless/result"}))
 	if err != nil {
+		r.ledger.release(run.Container)
 		return Outcome{Message: err.Error()}
 	}
 	spec := podman.Spec{Name: run.Container, Image: run.Function.Image, Labels: labels, Env: env, Detach: true,
@@ -464,8 +491,10 @@ func (r *Runner) RunOnce(ctx context.Context, run Run) Outcome {
 		IDBase: run.Function.IDBase}
 	if _, err := r.pm.Start(context.WithoutCancel(ctx), spec); err != nil {
 		os.RemoveAll(r.envDir(run.Container))
+		r.ledger.release(run.Container)
 		return Outcome{Message: err.Error()}
 	}
+	r.ledger.started(run.Container)
 	return r.Attach(ctx, run.Container)
 }
 

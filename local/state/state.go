@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -85,6 +86,7 @@ func Open(path string, onChange func(k Kind, ns, name string)) (*DB, error) {
 		Triggers:  &Store[api.TriggerSpec, apiv1.TriggerStatus]{db: db, bucket: bucketTriggers, name: func(t api.TriggerSpec) string { return t.Name }, notify: notify(KindTrigger)},
 		Jobs:      &Store[api.JobSpec, apiv1.JobStatus]{db: db, bucket: bucketJobs, name: func(j api.JobSpec) string { return j.Name }, notify: notify(KindJob)},
 	}
+	s.Functions.max, s.Functions.over = &atomic.Int64{}, functionsOverQuota
 	s.Namespaces = &Namespaces{db: db}
 	if s.Invocations, err = loadInvocations(db); err != nil {
 		db.Close()
@@ -119,6 +121,30 @@ type Store[S, St any] struct {
 	bucket []byte
 	name   func(S) string
 	notify func(ns, name string)
+	// max caps the objects of one namespace (nil or 0: no cap); over says so when a create would
+	// pass it.
+	max  *atomic.Int64
+	over func(ns string, n int64) error
+}
+
+// SetMaxFunctions caps the functions one namespace may hold (0: no cap). Create checks it in the
+// transaction that stores the function, so concurrent creates cannot pass it together.
+func (s *DB) SetMaxFunctions(n int) { s.Functions.max.Store(int64(n)) }
+
+func functionsOverQuota(ns string, n int64) error {
+	return fmt.Errorf("%w: namespace %s has %d functions, the most its quota allows (the platform's --tenant-quota-functions); delete one first",
+		api.ErrQuotaExceeded, ns, n)
+}
+
+// count is the number of objects of namespace ns in b.
+func count(b *bolt.Bucket, ns string) int64 {
+	var n int64
+	prefix := []byte(ns + "/")
+	c := b.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && strings.HasPrefix(string(k), string(prefix)); k, _ = c.Next() {
+		n++
+	}
+	return n
 }
 
 var _ api.Store[api.FunctionSpec, apiv1.FunctionStatus] = (*Store[api.FunctionSpec, apiv1.FunctionStatus])(nil)
@@ -189,6 +215,13 @@ func (s *Store[S, St]) Create(_ context.Context, ns string, spec S) (api.Object[
 		b := tx.Bucket(s.bucket)
 		if b.Get(key(ns, n)) != nil {
 			return fmt.Errorf("%s/%s: %w", ns, n, api.ErrAlreadyExists)
+		}
+		if s.max != nil {
+			if limit := s.max.Load(); limit > 0 {
+				if have := count(b, ns); have >= limit {
+					return s.over(ns, have)
+				}
+			}
 		}
 		return put(b, key(ns, n), r)
 	})

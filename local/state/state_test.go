@@ -46,6 +46,12 @@ func (c controller) SetJobStatus(ns, name string, f func(*apiv1.JobStatus)) erro
 	return c.db.Jobs.UpdateStatus(ns, name, o.Generation, f)
 }
 
+// SetFunctionQuota caps functions per namespace as sless up --tenant-quota-functions does.
+func (c controller) SetFunctionQuota(_ string, n int) error {
+	c.db.SetMaxFunctions(n)
+	return nil
+}
+
 // The API's conformance suite on the real bbolt state sless up serves from.
 func TestConformance(t *testing.T) { apitest.Run(t, bboltBackend) }
 
