@@ -25,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/sless-dev/sless/api"
@@ -200,10 +201,20 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	backend := kubestore.New(direct, code, resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: cfg.tenantPull,
-		DepsEgress: splitList(cfg.egress), IndexProxyPort: cfg.proxyPort(), Quota: cfg.quota},
-		// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
-		&kubestore.EndpointResolver{Reader: mgr.GetClient()})
+	tenant := resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: cfg.tenantPull,
+		DepsEgress: splitList(cfg.egress), IndexProxyPort: cfg.proxyPort(), Quota: cfg.quota}
+	// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
+	backend := kubestore.New(direct, code, tenant, &kubestore.EndpointResolver{Reader: mgr.GetClient()})
+	// New quota values, policies and a rotated pull secret reach the tenants that exist already
+	// (the leader does it once per start; Ensure writes only what differs).
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if err := kubestore.EnsureTenants(ctx, direct, tenant); err != nil && ctx.Err() == nil {
+			logger.Error("bringing tenant namespaces up to date", "error", err)
+		}
+		return nil
+	})); err != nil {
+		return err
+	}
 	// /fn/ reads functions and triggers from the manager's cache (the controllers watch both), not
 	// with two API round trips per request; the REST routes keep the direct client for
 	// read-after-write.
