@@ -46,9 +46,13 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			}
 			pr.Out.Header.Set("X-Request-Id", RequestIDFrom(pr.In.Context()))
 			// The caller's credentials for the platform are not the function's business. Cookies
-			// are: the platform sets none, and the ones a function set are scoped to it
-			// (confineResponse).
+			// reach a function only on its own host: under /fn/ the browser also sends what the
+			// origin's other residents set for "/" (an SSO proxy in front of the API, or another
+			// tenant's page through document.cookie).
 			pr.Out.Header.Del("Authorization")
+			if t.prefix != "" {
+				pr.Out.Header.Del("Cookie")
+			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			t := resp.Request.Context().Value(proxyTargetKey{}).(*proxyTarget)

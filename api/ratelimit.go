@@ -15,6 +15,9 @@ const (
 	// UploadsInFlight is how many uploads of one namespace may be received at once: each holds a
 	// spooled file and a connection for up to the upload timeout.
 	UploadsInFlight = 2
+	// inFlightRetry is the Retry-After while UploadsInFlight are being received: an upload may
+	// take minutes, so asking again every second would only add load.
+	inFlightRetry = 5 * time.Second
 )
 
 // tenantLimits admits a namespace's uploads: a token bucket per namespace (so one tenant cannot
@@ -56,7 +59,7 @@ func (t *tenantLimits) admit(ns string) (release func(), retryAfter time.Duratio
 		t.m[ns] = l
 	}
 	if l.inFlight >= UploadsInFlight {
-		return nil, time.Second
+		return nil, inFlightRetry
 	}
 	res := l.bucket.ReserveN(now, 1)
 	if d := res.DelayFrom(now); d > 0 {

@@ -226,17 +226,18 @@ func (c *Client) DeleteFunction(ctx context.Context, name string) error {
 
 // Upload sends a zip of the function's code (size bytes; -1 if unknown). When the API throttles
 // the namespace's uploads and zip is an io.Seeker, it waits as told (Retry-After, at most a minute
-// each time) and sends it again, up to 10 times.
+// each time) and sends it again, until ctx ends (at most 100 times). zip is not closed.
 func (c *Client) Upload(ctx context.Context, name string, zip io.Reader, size int64) (*apiv1.UploadResponse, error) {
 	for attempt := 1; ; attempt++ {
 		var out apiv1.UploadResponse
-		err := c.do(ctx, http.MethodPost, c.nsPath("/functions/%s/upload", name), "application/zip", zip, size, &out)
+		// The transport closes a request's body; an *os.File closed could not be sent again.
+		err := c.do(ctx, http.MethodPost, c.nsPath("/functions/%s/upload", name), "application/zip", io.NopCloser(zip), size, &out)
 		if err == nil {
 			return &out, nil
 		}
 		var ae *apiv1.Error
 		seeker, seekable := zip.(io.Seeker)
-		if !errors.As(err, &ae) || ae.Code != apiv1.CodeThrottled || !seekable || attempt == 10 {
+		if !errors.As(err, &ae) || ae.Code != apiv1.CodeThrottled || !seekable || attempt == 100 {
 			return nil, err
 		}
 		if _, serr := seeker.Seek(0, io.SeekStart); serr != nil {

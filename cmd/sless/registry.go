@@ -49,7 +49,7 @@ func runRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	if st := s.Swept(); st.Blobs > 0 {
+	if st := s.Swept(); st.Blobs > 0 && st.Err == nil {
 		fmt.Fprintf(stderr, "sless registry: swept %d unreferenced blobs (%d bytes), kept %d\n", st.Blobs, st.Bytes, st.Kept)
 	}
 	if *platformConfig != "" {

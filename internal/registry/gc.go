@@ -21,6 +21,8 @@ type SweepStats struct {
 	Bytes int64
 	// Kept is the number of blobs left.
 	Kept int
+	// Err is why a sweep at start failed (Config.SweepAtStart; the registry serves anyway).
+	Err error
 }
 
 // blobsDir is where the filesystem driver keeps blob data below RootDir (Distribution's layout:

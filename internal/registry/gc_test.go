@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -148,4 +149,50 @@ func notFound(ref name.Digest, opts ...remote.Option) error {
 		return nil
 	}
 	return fmt.Errorf("reading %s: %v, want 404", ref, err)
+}
+
+// A sweep that cannot read a manifest (its blob truncated by a crash) does not keep the registry
+// from starting: it says why, and the intact images serve.
+func TestSweepFailureStillServes(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s, err := registry.Start(ctx, registry.Config{RootDir: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []name.Reference
+	var imgs []v1.Image
+	for _, repo := range []string{"intact", "broken"} {
+		img, err := random.Image(1024, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, _ := name.ParseReference(s.Addr()+"/sless-00000000000000ab/"+repo+":latest", name.Insecure)
+		if err := remote.Write(ref, img); err != nil {
+			t.Fatal(err)
+		}
+		refs, imgs = append(refs, ref), append(imgs, img)
+	}
+	s.Close()
+	d, _ := imgs[1].Digest()
+	if err := os.WriteFile(blobPath(root, d), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	s, err = registry.Start(ctx, registry.Config{RootDir: root, SweepAtStart: true, Log: &log, Addr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatalf("a failed sweep stopped the registry: %v", err)
+	}
+	defer s.Close()
+	if s.Swept().Err == nil || !strings.Contains(log.String(), "sweep at start failed") {
+		t.Errorf("the failed sweep was not reported: %+v %q", s.Swept(), log.String())
+	}
+	ref, _ := name.ParseReference(s.Addr()+"/sless-00000000000000ab/intact:latest", name.Insecure)
+	img, err := remote.Image(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Image(img); err != nil {
+		t.Errorf("the intact image after a failed sweep: %v", err)
+	}
 }

@@ -72,7 +72,12 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	if c.SweepAtStart {
 		var err error
 		if swept, err = Sweep(ctx, c.RootDir); err != nil {
-			return nil, err
+			// A manifest it cannot read (a blob truncated by a crash) stops the sweep, not the
+			// registry: serving what is intact matters more than reclaiming space.
+			swept = SweepStats{Err: err}
+			if c.Log != nil {
+				fmt.Fprintf(c.Log, "registry: sweep at start failed: %v\n", err)
+			}
 		}
 	}
 
@@ -144,6 +149,11 @@ func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := s.srv.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// A connection a client dialled and never used stays "new" to the server, and Shutdown
+		// waits for it as for a request in flight: what is left after the grace is cut.
+		err = s.srv.Close()
+	}
 	s.app.Shutdown()
 	s.cleanup()
 	if serr := <-s.err; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,26 +20,30 @@ import (
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 )
 
-// OrphanedImagesConfigMap (in the operator's namespace) lists the images of deleted Functions
-// whose finalizer gave up deleting them: data key = a hash of the image, value = the image.
+// OrphanedImagesConfigMap (in the operator's namespace) lists the deleted Functions whose
+// finalizer gave up deleting their images: data key = a hash of the entry, value =
+// "<namespace>/<name>/<uid> <image>".
 const OrphanedImagesConfigMap = "sless-orphaned-images"
 
-// orphans is that ConfigMap as a key-value store (the same shape as the pins).
+// orphans is that ConfigMap as a key-value store (the same shape as the pins). Reads go to the API
+// server: the operator may not list or watch ConfigMaps, which a cached read would start.
 func orphans(c client.Client, r client.Reader, ns string) *ConfigMapPins {
-	return &ConfigMapPins{Client: c, Reader: cmp.Or[client.Reader](r, c), Namespace: ns, Name: OrphanedImagesConfigMap}
+	return &ConfigMapPins{Client: c, Reader: r, Namespace: ns, Name: OrphanedImagesConfigMap}
 }
 
-func orphanKey(image string) string {
-	sum := sha256.Sum256([]byte(image))
+func orphanKey(entry string) string {
+	sum := sha256.Sum256([]byte(entry))
 	return hex.EncodeToString(sum[:16])
 }
 
-// recordOrphan keeps the images of fn the finalizer could not delete.
-func recordOrphan(ctx context.Context, c client.Client, ns string, fn *slessv1.Function) error {
-	if fn.Status.Image == "" || ns == "" {
+// recordOrphan keeps what the finalizer could not delete of fn: its name and uid, and the image
+// it last ran (which may predate version tags).
+func recordOrphan(ctx context.Context, c client.Client, r client.Reader, ns string, fn *slessv1.Function) error {
+	if ns == "" {
 		return nil
 	}
-	return orphans(c, nil, ns).SetPin(ctx, orphanKey(fn.Status.Image), fn.Status.Image)
+	entry := fn.Namespace + "/" + fn.Name + "/" + string(fn.UID) + " " + fn.Status.Image
+	return orphans(c, r, ns).SetPin(ctx, orphanKey(entry), entry)
 }
 
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;update;delete
@@ -109,13 +114,35 @@ func (c *Collector) Collect(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		store := orphans(c.Client, reader, c.Namespace)
-		for key, image := range cm.Data {
-			if err := c.Pipeline.DeleteImages(ctx, image); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			errs = append(errs, store.DropPin(ctx, key))
+		for key, entry := range cm.Data {
+			errs = append(errs, c.collectOrphan(ctx, reader, store, key, entry))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// collectOrphan deletes the images of one deleted Function. When a Function of the same name
+// exists again, its repository is its own: whatever it holds is left to its reconciler (a rebuild
+// of the same code has the same digest as the recorded image).
+func (c *Collector) collectOrphan(ctx context.Context, reader client.Reader, store *ConfigMapPins, key, entry string) error {
+	id, image, _ := strings.Cut(entry, " ")
+	parts := strings.SplitN(id, "/", 3)
+	if len(parts) != 3 {
+		return store.DropPin(ctx, key) // not ours to interpret
+	}
+	err := reader.Get(ctx, client.ObjectKey{Namespace: parts[0], Name: parts[1]}, &slessv1.Function{})
+	if err == nil {
+		return store.DropPin(ctx, key)
+	}
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	_, err = c.Pipeline.CollectImages(ctx, parts[0], parts[1])
+	if err == nil && image != "" {
+		err = c.Pipeline.DeleteImages(ctx, image)
+	}
+	if err != nil {
+		return err
+	}
+	return store.DropPin(ctx, key)
 }

@@ -174,6 +174,9 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	case replicas == 0:
 		fn.MarkReady()
 		fn.Status.Message = "stopped: disabled by its http triggers"
+		if before.Image != fn.Status.Image {
+			r.collectImages(ctx, &fn) // nothing runs the earlier versions
+		}
 	case rolledOut(live, replicas):
 		fn.MarkReady()
 		if before.Phase != apiv1.PhaseReady || before.Image != fn.Status.Image {
@@ -342,13 +345,55 @@ func (r *FunctionReconciler) replicas(ctx context.Context, fn *slessv1.Function)
 // inside the function's reconcile, so no build of it can push meanwhile. A failure is reported,
 // not retried: the next version's rollout collects again.
 func (r *FunctionReconciler) collectImages(ctx context.Context, fn *slessv1.Function) {
-	deleted, err := r.Pipeline.CollectImages(ctx, fn.Namespace, fn.Name, fn.Status.Image)
+	keep := []string{fn.Status.Image}
+	// A one-shot or cron run still to start (waiting for quota, or retried on a node without
+	// the image) pulls the image it was created with; a CronJob not yet moved on creates more.
+	var jobs batchv1.JobList
+	var crons batchv1.CronJobList
+	sel := client.MatchingLabels{runspec.LabelFunction: fn.Name}
+	if err := r.List(ctx, &jobs, client.InNamespace(fn.Namespace), sel); err != nil {
+		r.event(fn, corev1.EventTypeWarning, "CollectFailed", "listing the function's jobs: %v", err)
+		return
+	}
+	if err := r.List(ctx, &crons, client.InNamespace(fn.Namespace), sel); err != nil {
+		r.event(fn, corev1.EventTypeWarning, "CollectFailed", "listing the function's cron jobs: %v", err)
+		return
+	}
+	for _, j := range jobs.Items {
+		if !jobFinished(&j) {
+			keep = append(keep, podImages(&j.Spec.Template.Spec)...)
+		}
+	}
+	for _, c := range crons.Items {
+		keep = append(keep, podImages(&c.Spec.JobTemplate.Spec.Template.Spec)...)
+	}
+	deleted, err := r.Pipeline.CollectImages(ctx, fn.Namespace, fn.Name, keep...)
 	if len(deleted) > 0 {
 		log.FromContext(ctx).Info("deleted earlier images", "images", deleted)
 	}
 	if err != nil {
 		r.event(fn, corev1.EventTypeWarning, "CollectFailed", "deleting earlier images: %v", err)
 	}
+}
+
+// podImages are the images by digest a pod spec runs (others are not function images).
+func podImages(spec *corev1.PodSpec) []string {
+	var out []string
+	for _, c := range append(append([]corev1.Container(nil), spec.InitContainers...), spec.Containers...) {
+		if strings.Contains(c.Image, "@sha256:") {
+			out = append(out, c.Image)
+		}
+	}
+	return out
+}
+
+func jobFinished(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 // DefaultCleanupTimeout is how long a deleted Function's finalizer keeps trying to delete its
@@ -377,7 +422,7 @@ func (r *FunctionReconciler) finalize(ctx context.Context, fn *slessv1.Function)
 			log.FromContext(ctx).Info("deleting images failed; retrying", "error", err)
 			return ctrl.Result{RequeueAfter: min(15*time.Second, timeout/2)}, nil
 		}
-		if rerr := recordOrphan(ctx, r.Client, r.OperatorNamespace, fn); rerr != nil {
+		if rerr := recordOrphan(ctx, r.Client, cmp.Or[client.Reader](r.APIReader, r.Client), r.OperatorNamespace, fn); rerr != nil {
 			return ctrl.Result{}, rerr
 		}
 		r.event(fn, corev1.EventTypeWarning, "CleanupAbandoned", "gave up deleting the images of %s/%s (recorded in ConfigMap %s/%s for a later collection): %v",

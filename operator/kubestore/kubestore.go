@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -410,10 +411,34 @@ func (s *functions) Get(ctx context.Context, ns, name string) (api.Function, err
 func (s *functions) Create(ctx context.Context, ns string, in api.FunctionSpec) (api.Function, error) {
 	f := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: in.Name, Namespace: ns}}
 	setSpec(in, f)
-	if err := s.c.Create(ctx, f); err != nil {
+	if err := createUnderQuota(ctx, s.c, f); err != nil {
 		return api.Function{}, notFound(err, ns, in.Name)
 	}
 	return toFunction(f), nil
+}
+
+// quotaStatusWait bounds how long a create waits for the quota controller to count a quota it
+// has not seen yet: a namespace ensured a moment ago, or a quota that gained a resource.
+const quotaStatusWait = 15 * time.Second
+
+// createUnderQuota creates obj, waiting while the ResourceQuota admission refuses it only because
+// kube-controller-manager has not yet computed the quota's usage ("status unknown for quota"):
+// nothing is stored meanwhile, and the refusal would be the platform's timing, not the caller's.
+func createUnderQuota(ctx context.Context, c client.Client, obj client.Object) error {
+	deadline := time.Now().Add(quotaStatusWait)
+	wait := 50 * time.Millisecond
+	for {
+		err := c.Create(ctx, obj)
+		if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "status unknown for quota") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 func (s *functions) Update(ctx context.Context, ns, name string, fn func(*api.FunctionSpec) error) (api.Function, error) {
