@@ -216,6 +216,11 @@ func (s *Store[S, St]) Create(_ context.Context, ns string, spec S) (api.Object[
 		if b.Get(key(ns, n)) != nil {
 			return fmt.Errorf("%s/%s: %w", ns, n, api.ErrAlreadyExists)
 		}
+		// Checked with the put, in one transaction: a namespace deleted since the API looked
+		// must not get an object it would never clean up.
+		if tx.Bucket(bucketNamespaces).Get([]byte(ns)) == nil {
+			return fmt.Errorf("namespace %s: %w", ns, api.ErrNotFound)
+		}
 		if s.max != nil {
 			if limit := s.max.Load(); limit > 0 {
 				if have := count(b, ns); have >= limit {
@@ -347,9 +352,14 @@ func (n *Namespaces) Exists(_ context.Context, ns string) (bool, error) {
 	return ok, err
 }
 
-// Delete removes the namespace and its triggers and jobs (the API refuses while functions remain).
+// Delete removes the namespace and its triggers and jobs. It refuses (api.ErrConflict) while
+// functions remain, checked in the same transaction, so a function created meanwhile is never
+// left in a namespace that is gone.
 func (n *Namespaces) Delete(_ context.Context, ns string) error {
 	return n.db.Update(func(tx *bolt.Tx) error {
+		if have := count(tx.Bucket(bucketFunctions), ns); have > 0 {
+			return fmt.Errorf("%w: namespace %q still has %d function(s); delete them first", api.ErrConflict, ns, have)
+		}
 		for _, b := range [][]byte{bucketTriggers, bucketJobs} {
 			if err := deletePrefix(tx.Bucket(b), ns+"/"); err != nil {
 				return err

@@ -3,7 +3,10 @@ package state_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -65,6 +68,9 @@ func TestStatusOfAnOlderGeneration(t *testing.T) {
 	}
 	defer db.Close()
 	ctx := context.Background()
+	if err := db.Namespaces.Ensure(ctx, "ns"); err != nil {
+		t.Fatal(err)
+	}
 	o, err := db.Functions.Create(ctx, "ns", api.FunctionSpec{Name: "f", Runtime: "python3.11", CodeSHA256: "aaa"})
 	if err != nil {
 		t.Fatal(err)
@@ -241,4 +247,43 @@ func TestPins(t *testing.T) {
 	if b, err := db.Pin(ctx, "b"); b != "sha256:bb" || err != nil {
 		t.Errorf("pin b = %q, %v; want sha256:bb", b, err)
 	}
+}
+
+// A namespace delete and a function create racing: either the namespace stays with the function,
+// or both are gone; never a function in a namespace that no longer exists (nothing would clean
+// it up), and never a namespace deleted from under a function.
+func TestNamespaceDeleteRacesCreate(t *testing.T) {
+	db, err := state.Open(filepath.Join(t.TempDir(), "state.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	outcomes := map[string]int{}
+	for i := range 200 {
+		ns := fmt.Sprintf("sless-%016x", i)
+		if err := db.Namespaces.Ensure(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var createErr, deleteErr error
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_, createErr = db.Functions.Create(ctx, ns, api.FunctionSpec{Name: "f", Runtime: "python3.11"})
+		}()
+		go func() { defer wg.Done(); deleteErr = db.Namespaces.Delete(ctx, ns) }()
+		wg.Wait()
+		exists, _ := db.Namespaces.Exists(ctx, ns)
+		fns, _ := db.Functions.List(ctx, ns)
+		switch {
+		case createErr == nil && errors.Is(deleteErr, api.ErrConflict) && exists && len(fns) == 1:
+			outcomes["created, delete refused"]++
+		case errors.Is(createErr, api.ErrNotFound) && deleteErr == nil && !exists && len(fns) == 0:
+			outcomes["deleted, create refused"]++
+		default:
+			t.Fatalf("create: %v, delete: %v, namespace exists %v, %d functions", createErr, deleteErr, exists, len(fns))
+		}
+	}
+	t.Logf("outcomes: %v", outcomes)
 }
