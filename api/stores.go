@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/url"
@@ -57,8 +58,21 @@ type FunctionSpec struct {
 	MemoryMB   int               `json:"memory_mb,omitempty"`
 	TimeoutSec int               `json:"timeout_sec,omitempty"`
 	EnvVars    map[string]string `json:"env_vars,omitempty"`
+	// Scale (stored with the defaults applied).
+	MinReplicas    int `json:"min_replicas,omitempty"`
+	MaxReplicas    int `json:"max_replicas,omitempty"`
+	Concurrency    int `json:"concurrency,omitempty"`
+	IdleTimeoutSec int `json:"idle_timeout_sec,omitempty"`
 	// CodeSHA256 names the uploaded archive to run ("" until the first upload).
 	CodeSHA256 string `json:"code_sha256,omitempty"`
+}
+
+// WithScaleDefaults fills in the scale a record stored before the scale fields existed lacks.
+func (s FunctionSpec) WithScaleDefaults() FunctionSpec {
+	s.MaxReplicas = cmp.Or(s.MaxReplicas, max(apiv1.DefaultMaxReplicas, s.MinReplicas))
+	s.Concurrency = cmp.Or(s.Concurrency, apiv1.DefaultConcurrency)
+	s.IdleTimeoutSec = cmp.Or(s.IdleTimeoutSec, apiv1.DefaultIdleTimeout)
+	return s
 }
 
 // TriggerSpec is what the API stores for a trigger; only Enabled changes after creation.

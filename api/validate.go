@@ -19,7 +19,8 @@ func invalid(format string, args ...any) error {
 // filled in. The rules on single fields are apiv1's; what needs more than one field, or the
 // platform's run contract, is checked here.
 func ValidateFunction(f apiv1.Function) (FunctionSpec, error) {
-	spec := FunctionSpec{Name: f.Name, Runtime: f.Runtime, Entrypoint: f.Entrypoint, MemoryMB: f.MemoryMB, TimeoutSec: f.TimeoutSec, EnvVars: f.EnvVars}
+	spec := FunctionSpec{Name: f.Name, Runtime: f.Runtime, Entrypoint: f.Entrypoint, MemoryMB: f.MemoryMB, TimeoutSec: f.TimeoutSec, EnvVars: f.EnvVars,
+		MinReplicas: f.MinReplicas, MaxReplicas: f.MaxReplicas, Concurrency: f.Concurrency, IdleTimeoutSec: f.IdleTimeoutSec}
 	if err := apiv1.ValidName("function", f.Name); err != nil {
 		return spec, err
 	}
@@ -43,6 +44,13 @@ func ValidateFunction(f apiv1.Function) (FunctionSpec, error) {
 	}
 	if err := apiv1.ValidTimeoutSec(spec.TimeoutSec); err != nil {
 		return spec, err
+	}
+	if err := apiv1.ValidScale(spec.MinReplicas, spec.MaxReplicas, spec.Concurrency, spec.IdleTimeoutSec); err != nil {
+		return spec, err
+	}
+	spec = spec.WithScaleDefaults()
+	if spec.MaxReplicas < spec.MinReplicas {
+		return spec, invalid("max_replicas %d is below min_replicas %d", spec.MaxReplicas, spec.MinReplicas)
 	}
 	if len(f.EnvVars) > apiv1.MaxEnvVars {
 		return spec, invalid("%d env_vars; at most %d", len(f.EnvVars), apiv1.MaxEnvVars)

@@ -16,9 +16,10 @@ const (
 )
 
 func (s *Server) functionView(ns string, o Function) apiv1.Function {
-	sp := o.Spec
+	sp := o.Spec.WithScaleDefaults()
 	f := apiv1.Function{Name: sp.Name, Runtime: sp.Runtime, Entrypoint: sp.Entrypoint, MemoryMB: sp.MemoryMB, TimeoutSec: sp.TimeoutSec,
-		EnvVars: sp.EnvVars, Status: o.Status}
+		EnvVars: sp.EnvVars, Status: o.Status, MinReplicas: sp.MinReplicas, MaxReplicas: sp.MaxReplicas, Concurrency: sp.Concurrency,
+		IdleTimeoutSec: sp.IdleTimeoutSec}
 	f.Status.CodeSHA256 = sp.CodeSHA256
 	f.Status.URL = s.FunctionURL(ns, sp.Name)
 	if o.Generation > o.ObservedGeneration {

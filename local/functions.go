@@ -141,6 +141,7 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 		p.run.Stop(ctx, ns, spec.Name, "", grace)
 		return setStatus(func(s *apiv1.FunctionStatus) {
 			s.Phase, s.Message = apiv1.PhaseReady, "stopped: disabled by trigger "+strings.Join(names, ", ")
+			s.Replicas, s.DesiredReplicas = 0, 0
 		})
 	}
 	f, err := p.runnerFunction(ns, spec, image)
@@ -166,7 +167,10 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 			p.run.Stop(context.WithoutCancel(ctx), ns, spec.Name, inst.Name, grace)
 		}()
 	}
-	return setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message, s.Image = apiv1.PhaseReady, "", image })
+	return setStatus(func(s *apiv1.FunctionStatus) {
+		s.Phase, s.Message, s.Image = apiv1.PhaseReady, "", image
+		s.Replicas, s.DesiredReplicas = 1, 1 // one instance per function until the autoscaler (issue 16)
+	})
 }
 
 // collectImages deletes the function's earlier images from the registry once image serves

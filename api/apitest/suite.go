@@ -21,6 +21,7 @@ func Run(t *testing.T, b Backend) {
 		{"ProxyConfinesResponses", testProxyConfinesResponses},
 		{"FunctionHosts", testFunctionHosts},
 		{"UploadThrottle", testUploadThrottle},
+		{"ScaleFields", testScaleFields},
 		{"ErrorEnvelopeEverywhere", testErrorEnvelopeEverywhere},
 		{"FunctionQuota", testFunctionQuota},
 	} {

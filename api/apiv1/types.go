@@ -42,7 +42,13 @@ type Function struct {
 	MemoryMB   int               `json:"memory_mb,omitempty"`
 	TimeoutSec int               `json:"timeout_sec,omitempty"`
 	EnvVars    map[string]string `json:"env_vars,omitempty"`
-	Status     FunctionStatus    `json:"status"`
+	// Scale, changed in place without a rebuild (0 on a request means the default; answers show
+	// the values in force).
+	MinReplicas    int            `json:"min_replicas"`
+	MaxReplicas    int            `json:"max_replicas,omitempty"`
+	Concurrency    int            `json:"concurrency,omitempty"`
+	IdleTimeoutSec int            `json:"idle_timeout_sec,omitempty"`
+	Status         FunctionStatus `json:"status"`
 }
 
 // FunctionStatus is set by the platform.
@@ -54,6 +60,10 @@ type FunctionStatus struct {
 	URL         string     `json:"url,omitempty"`
 	LastBuiltAt *time.Time `json:"last_built_at,omitempty"`
 	Build       *BuildInfo `json:"build,omitempty"`
+	// Replicas are the instances ready now, DesiredReplicas those the platform is scaling to;
+	// both always present (0 at zero).
+	Replicas        int `json:"replicas"`
+	DesiredReplicas int `json:"desired_replicas"`
 }
 
 // BuildInfo describes the last build.

@@ -12,6 +12,13 @@ import (
 const (
 	MinMemoryMB, MaxMemoryMB, DefaultMemoryMB       = 64, 8192, 128
 	MinTimeoutSec, MaxTimeoutSec, DefaultTimeoutSec = 1, 900, 30
+	// Scale (issue 16): instances from MinReplicas to MaxReplicas, Concurrency requests each at
+	// most, an instance above MinReplicas stopped after IdleTimeoutSec without a request. The
+	// default MaxReplicas is max(DefaultMaxReplicas, min_replicas).
+	MaxReplicasLimit                                         = 100
+	DefaultMinReplicas, DefaultMaxReplicas                   = 0, 10
+	MinConcurrency, MaxConcurrency, DefaultConcurrency       = 1, 1000, 10
+	MinIdleTimeoutSec, MaxIdleTimeoutSec, DefaultIdleTimeout = 5, 86400, 300
 	// DefaultEntrypoint is the handler when none is given, in every runtime.
 	DefaultEntrypoint = "handler.handle"
 	// MaxNameLength bounds every name: a DNS-1123 label, as Kubernetes requires.
@@ -76,6 +83,23 @@ func ValidRuntime(r string) error {
 func ValidEnvName(k string) error {
 	if !envNameRE.MatchString(k) {
 		return invalid("env_vars name %q is invalid: use letters, digits and '_', not starting with a digit", k)
+	}
+	return nil
+}
+
+// ValidScale checks the scale fields one by one (0 means the default and is valid for all but
+// min_replicas, whose default is 0); that max_replicas is at least min_replicas is the server's
+// check, with the defaults applied.
+func ValidScale(minReplicas, maxReplicas, concurrency, idleTimeoutSec int) error {
+	switch {
+	case minReplicas < 0 || minReplicas > MaxReplicasLimit:
+		return invalid("min_replicas %d is outside 0–%d", minReplicas, MaxReplicasLimit)
+	case maxReplicas != 0 && (maxReplicas < 1 || maxReplicas > MaxReplicasLimit):
+		return invalid("max_replicas %d is outside 1–%d", maxReplicas, MaxReplicasLimit)
+	case concurrency != 0 && (concurrency < MinConcurrency || concurrency > MaxConcurrency):
+		return invalid("concurrency %d is outside %d–%d", concurrency, MinConcurrency, MaxConcurrency)
+	case idleTimeoutSec != 0 && (idleTimeoutSec < MinIdleTimeoutSec || idleTimeoutSec > MaxIdleTimeoutSec):
+		return invalid("idle_timeout_sec %d is outside %d–%d", idleTimeoutSec, MinIdleTimeoutSec, MaxIdleTimeoutSec)
 	}
 	return nil
 }

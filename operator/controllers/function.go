@@ -170,6 +170,8 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, fmt.Errorf("applying service: %w", err)
 	}
 
+	// What the Deployment reports (the status write follows its changes: Owns).
+	fn.Status.Replicas, fn.Status.DesiredReplicas = live.Status.ReadyReplicas, replicas
 	switch {
 	case replicas == 0:
 		fn.MarkReady()

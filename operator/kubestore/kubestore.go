@@ -347,7 +347,8 @@ type functions struct{ c client.Client }
 // functionSpec is the API's spec of a Function object.
 func functionSpec(f *slessv1.Function) api.FunctionSpec {
 	out := api.FunctionSpec{Name: f.Name, Runtime: f.Spec.Runtime, Entrypoint: f.Spec.Entrypoint, MemoryMB: int(f.Spec.MemoryMB),
-		TimeoutSec: int(f.Spec.TimeoutSec), CodeSHA256: f.Spec.CodeSHA256}
+		TimeoutSec: int(f.Spec.TimeoutSec), CodeSHA256: f.Spec.CodeSHA256, MinReplicas: int(f.Spec.MinReplicas),
+		MaxReplicas: int(f.Spec.MaxReplicas), Concurrency: int(f.Spec.Concurrency), IdleTimeoutSec: int(f.Spec.IdleTimeoutSec)}
 	if len(f.Spec.Env) > 0 {
 		out.EnvVars = map[string]string{}
 		for _, e := range f.Spec.Env {
@@ -359,7 +360,7 @@ func functionSpec(f *slessv1.Function) api.FunctionSpec {
 
 func toFunction(f *slessv1.Function) api.Function {
 	s := f.Status
-	st := apiv1.FunctionStatus{Phase: s.Phase, Image: s.Image, Message: s.Message}
+	st := apiv1.FunctionStatus{Phase: s.Phase, Image: s.Image, Message: s.Message, Replicas: int(s.Replicas), DesiredReplicas: int(s.DesiredReplicas)}
 	if s.LastBuiltAt != nil {
 		t := s.LastBuiltAt.Time
 		st.LastBuiltAt = &t
@@ -375,6 +376,8 @@ func toFunction(f *slessv1.Function) api.Function {
 func setSpec(in api.FunctionSpec, f *slessv1.Function) {
 	f.Spec.Runtime, f.Spec.Entrypoint = in.Runtime, in.Entrypoint
 	f.Spec.MemoryMB, f.Spec.TimeoutSec = int32(in.MemoryMB), int32(in.TimeoutSec)
+	f.Spec.MinReplicas, f.Spec.MaxReplicas = int32(in.MinReplicas), int32(in.MaxReplicas)
+	f.Spec.Concurrency, f.Spec.IdleTimeoutSec = int32(in.Concurrency), int32(in.IdleTimeoutSec)
 	f.Spec.CodeSHA256 = in.CodeSHA256
 	keys := make([]string, 0, len(in.EnvVars))
 	for k := range in.EnvVars {

@@ -8,6 +8,7 @@ import (
 )
 
 // FunctionSpec is what the user asks for.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxReplicas) || !has(self.minReplicas) || self.maxReplicas >= self.minReplicas",message="maxReplicas must be at least minReplicas"
 type FunctionSpec struct {
 	// Runtime runs the code.
 	// +kubebuilder:validation:Enum=python3.11;nodejs20
@@ -38,6 +39,31 @@ type FunctionSpec struct {
 	// +kubebuilder:validation:MaxItems=128
 	// +optional
 	Env []corev1.EnvVar `json:"env,omitempty"`
+	// MinReplicas is the fewest instances kept (0: none when idle).
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MinReplicas int32 `json:"minReplicas,omitempty"`
+	// MaxReplicas is the most instances started (unset: max(10, minReplicas)).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MaxReplicas int32 `json:"maxReplicas,omitempty"`
+	// Concurrency is how many requests one instance is sent at once, at most; more wait in the
+	// proxy's hold queue.
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Concurrency int32 `json:"concurrency,omitempty"`
+	// IdleTimeoutSec is how long an instance above minReplicas may go without a request before it
+	// is stopped.
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=5
+	// +kubebuilder:validation:Maximum=86400
+	// +optional
+	IdleTimeoutSec int32 `json:"idleTimeoutSec,omitempty"`
 }
 
 // BuildStatus describes the build of the current image.
@@ -77,6 +103,10 @@ type FunctionStatus struct {
 	// retried until the key changes (new code, runtime or entrypoint).
 	// +optional
 	FailedBuildKey string `json:"failedBuildKey,omitempty"`
+	// Replicas are the instances ready now.
+	Replicas int32 `json:"replicas"`
+	// DesiredReplicas are the instances the platform is scaling to.
+	DesiredReplicas int32 `json:"desiredReplicas"`
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -93,6 +123,7 @@ type FunctionStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=fn
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.status.image`
 // +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -48,6 +48,19 @@ func TestMarkersAgreeWithAPIv1(t *testing.T) {
 	check("functions spec.timeoutSec maximum", to.Maximum, apiv1.MaxTimeoutSec)
 	check("functions spec.timeoutSec default", string(to.Default.Raw), num(apiv1.DefaultTimeoutSec))
 	check("functions spec.env maxItems", fn.Properties["env"].MaxItems, apiv1.MaxEnvVars)
+	minR, maxR := fn.Properties["minReplicas"], fn.Properties["maxReplicas"]
+	check("functions spec.minReplicas minimum", minR.Minimum, 0)
+	check("functions spec.minReplicas maximum", minR.Maximum, apiv1.MaxReplicasLimit)
+	check("functions spec.minReplicas default", string(minR.Default.Raw), num(apiv1.DefaultMinReplicas))
+	check("functions spec.maxReplicas minimum", maxR.Minimum, 1)
+	check("functions spec.maxReplicas maximum", maxR.Maximum, apiv1.MaxReplicasLimit)
+	conc, idle := fn.Properties["concurrency"], fn.Properties["idleTimeoutSec"]
+	check("functions spec.concurrency minimum", conc.Minimum, apiv1.MinConcurrency)
+	check("functions spec.concurrency maximum", conc.Maximum, apiv1.MaxConcurrency)
+	check("functions spec.concurrency default", string(conc.Default.Raw), num(apiv1.DefaultConcurrency))
+	check("functions spec.idleTimeoutSec minimum", idle.Minimum, apiv1.MinIdleTimeoutSec)
+	check("functions spec.idleTimeoutSec maximum", idle.Maximum, apiv1.MaxIdleTimeoutSec)
+	check("functions spec.idleTimeoutSec default", string(idle.Default.Raw), num(apiv1.DefaultIdleTimeout))
 
 	tr := specOf(t, "sless.dev_triggers.yaml")
 	check("triggers spec.functionRef pattern", tr.Properties["functionRef"].Pattern, apiv1.NamePattern)
