@@ -23,7 +23,8 @@ var allowed = map[string][]string{
 	"api/apiv1":             {},
 	"api/client":            {"api/apiv1"},
 	"api/auth":              {"api/apiv1"},
-	"api":                   {"api/apiv1", "api/auth", "codestore", "layers", "runspec"},
+	"api":                   {"activator", "api/apiv1", "api/auth", "codestore", "layers", "runspec"},
+	"activator":             {},
 	"api/memstore":          {"api", "api/apiv1", "codestore"},
 	"api/apitest":           {"api", "api/apiv1", "api/auth", "api/client", "api/memstore", "codestore"},
 	"layers":                {},
@@ -69,7 +70,7 @@ var allowed = map[string][]string{
 
 // noKubernetes may not depend on Kubernetes, directly or not: the build pipeline and the API run
 // on a single host without it.
-var noKubernetes = []string{"api/apiv1", "api/client", "api/auth", "api", "api/memstore", "layers", "deps", "oci", "runtimes",
+var noKubernetes = []string{"activator", "api/apiv1", "api/client", "api/auth", "api", "api/memstore", "layers", "deps", "oci", "runtimes",
 	"runspec", "codestore", "build", "local/state", "local/podman", "local/runner", "local/runtimeimages", "provider"}
 
 type pkg struct {

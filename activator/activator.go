@@ -1,0 +1,419 @@
+package activator
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Instance is one instance of a function as its backend reports it.
+type Instance struct {
+	// ID names it (a container or pod name); the same instance keeps its ID.
+	ID string
+	// URL is where it listens; nil while it has no address yet.
+	URL *url.URL
+	// Ready is the backend's own verdict (the runner's health wait, the kubelet's readiness).
+	// An instance that is not Ready but has an address is probed by the activator itself.
+	Ready bool
+}
+
+// Source lists a function's instances: ready ones, and those starting. An instance being removed
+// is not listed (it then receives no new requests and finishes the ones it has).
+type Source interface {
+	Instances(ctx context.Context, ns, name string) ([]Instance, error)
+}
+
+// Scaler is told when requests of a function wait for an instance: the decider should look now,
+// not at its next tick. It must not block.
+type Scaler interface {
+	Poke(ns, name string)
+}
+
+// Limits are a function's per-instance concurrency (hard: no instance is sent more at once) and
+// how many requests may wait for one.
+type Limits struct {
+	Concurrency int
+	MaxHeld     int
+}
+
+var (
+	// ErrThrottled: every instance is at its concurrency and the hold queue is full.
+	ErrThrottled = errors.New("every instance is busy and the hold queue is full")
+	// ErrNoInstance: no instance can serve and the backend cannot start one (no Scaler).
+	ErrNoInstance = errors.New("no instance is running")
+)
+
+// Option configures New.
+type Option func(*Activator)
+
+// WithScaler pokes s whenever a request has to wait. Without one, a function with no instance
+// fails at once (ErrNoInstance) instead of waiting.
+func WithScaler(s Scaler) Option { return func(a *Activator) { a.scaler = s } }
+
+// WithProbeInterval is how often starting instances are probed and the source asked again while
+// requests wait (default 20 ms).
+func WithProbeInterval(d time.Duration) Option { return func(a *Activator) { a.probeEvery = d } }
+
+// WithRefreshInterval is how stale the known instances may get while none is waited for
+// (default 1 s): new instances are learnt within it.
+func WithRefreshInterval(d time.Duration) Option { return func(a *Activator) { a.refreshEvery = d } }
+
+// WithProbeClient sets the client of health probes (default: 500 ms timeout, no proxy).
+func WithProbeClient(c *http.Client) Option { return func(a *Activator) { a.probe = c } }
+
+// WithClock replaces time.Now (tests).
+func WithClock(now func() time.Time) Option { return func(a *Activator) { a.now = now } }
+
+// HealthPath is what a starting instance answers 200 on once it can serve (runtimes/README.md).
+const HealthPath = "/health"
+
+// Activator routes requests to instances within their concurrency, holds those that find no
+// capacity until an instance has it, and counts the load the decider scales by.
+type Activator struct {
+	src          Source
+	scaler       Scaler
+	probe        *http.Client
+	probeEvery   time.Duration
+	refreshEvery time.Duration
+	now          func() time.Time
+
+	mu  sync.Mutex
+	fns map[string]*function
+}
+
+// New makes an Activator on src.
+func New(src Source, opts ...Option) *Activator {
+	a := &Activator{src: src, probeEvery: 20 * time.Millisecond, refreshEvery: time.Second, now: time.Now, fns: map[string]*function{}}
+	for _, o := range opts {
+		o(a)
+	}
+	if a.probe == nil {
+		a.probe = &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	}
+	return a
+}
+
+// function is the activator's state of one function.
+type function struct {
+	ns, name string
+
+	mu         sync.Mutex
+	ready      []*instance // routable, in the order they became ready (load packs onto the first)
+	starting   map[string]*Instance
+	probing    map[string]bool
+	waiters    []*waiter
+	refreshed  time.Time
+	running    bool // a refresh loop runs
+	refreshing bool // a background refresh runs
+	lim        Limits
+}
+
+type instance struct {
+	id         string
+	url        *url.URL
+	inFlight   int
+	lastActive time.Time
+	gone       bool // no longer listed: takes no new requests
+}
+
+type waiter struct {
+	ch chan *instance // buffered 1: a grant never blocks
+}
+
+// Lease is one request's slot on an instance.
+type Lease struct {
+	f    *function
+	a    *Activator
+	in   *instance
+	once sync.Once
+}
+
+// URL is where the request goes.
+func (l *Lease) URL() *url.URL { return l.in.url }
+
+// Instance is the instance's ID.
+func (l *Lease) Instance() string { return l.in.id }
+
+// Release gives the slot back (once the response is done); a waiting request gets it.
+func (l *Lease) Release() {
+	l.once.Do(func() {
+		f := l.f
+		f.mu.Lock()
+		l.in.inFlight--
+		l.in.lastActive = l.a.now()
+		f.grantLocked(l.a.now())
+		f.mu.Unlock()
+	})
+}
+
+// Retry marks the lease's instance gone (it could not be connected to) and gives the slot back;
+// the caller may Acquire again.
+func (l *Lease) Retry() {
+	l.f.mu.Lock()
+	l.in.gone = true
+	l.f.ready = slices.DeleteFunc(l.f.ready, func(i *instance) bool { return i == l.in })
+	l.f.refreshed = time.Time{} // learn the current set on the next acquire
+	l.f.mu.Unlock()
+	l.Release()
+}
+
+func key(ns, name string) string { return ns + "/" + name }
+
+func (a *Activator) function(ns, name string) *function {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f := a.fns[key(ns, name)]
+	if f == nil {
+		f = &function{ns: ns, name: name, starting: map[string]*Instance{}, probing: map[string]bool{}}
+		a.fns[key(ns, name)] = f
+	}
+	return f
+}
+
+// Forget drops a deleted function's state.
+func (a *Activator) Forget(ns, name string) {
+	a.mu.Lock()
+	delete(a.fns, key(ns, name))
+	a.mu.Unlock()
+}
+
+// Acquire returns a slot on the ready instance with the fewest requests in flight below lim's
+// concurrency (ties: the one ready longest, so that load packs and the others can go idle). With
+// none, the request waits (is held) until one has a slot or ctx ends; the Scaler is poked. Beyond
+// lim.MaxHeld waiting it fails with ErrThrottled.
+func (a *Activator) Acquire(ctx context.Context, ns, name string, lim Limits) (*Lease, error) {
+	f := a.function(ns, name)
+	now := a.now()
+	f.mu.Lock()
+	f.lim = lim
+	if in := f.pickLocked(); in != nil {
+		in.inFlight++
+		in.lastActive = now
+		if now.Sub(f.refreshed) >= a.refreshEvery && !f.refreshing {
+			// Learn new and removed instances without making this request wait for it.
+			f.refreshing, f.refreshed = true, now
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				a.refresh(ctx, f)
+				f.mu.Lock()
+				f.refreshing = false
+				f.mu.Unlock()
+			}()
+		}
+		f.mu.Unlock()
+		return &Lease{f: f, a: a, in: in}, nil
+	}
+	f.mu.Unlock()
+	// No slot on what is known: read the current set before holding the request.
+	if err := a.refresh(ctx, f); err != nil && a.scaler == nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	if in := f.pickLocked(); in != nil {
+		in.inFlight++
+		in.lastActive = now
+		f.mu.Unlock()
+		return &Lease{f: f, a: a, in: in}, nil
+	}
+	if a.scaler == nil && len(f.ready) == 0 && len(f.starting) == 0 {
+		f.mu.Unlock()
+		return nil, ErrNoInstance
+	}
+	if len(f.waiters) >= max(lim.MaxHeld, 0) {
+		f.mu.Unlock()
+		return nil, ErrThrottled
+	}
+	w := &waiter{ch: make(chan *instance, 1)}
+	f.waiters = append(f.waiters, w)
+	start := !f.running
+	f.running = true
+	f.mu.Unlock()
+	if a.scaler != nil {
+		a.scaler.Poke(ns, name)
+	}
+	if start {
+		go a.loop(f)
+	}
+	select {
+	case in := <-w.ch:
+		return &Lease{f: f, a: a, in: in}, nil
+	case <-ctx.Done():
+		f.mu.Lock()
+		if i := slices.Index(f.waiters, w); i >= 0 {
+			f.waiters = slices.Delete(f.waiters, i, i+1)
+			f.mu.Unlock()
+			return nil, ctx.Err()
+		}
+		f.mu.Unlock()
+		// Granted as the context ended: hand the slot on.
+		(&Lease{f: f, a: a, in: <-w.ch}).Release()
+		return nil, ctx.Err()
+	}
+}
+
+// pickLocked is the ready instance with the fewest in flight below the concurrency; nil if none.
+func (f *function) pickLocked() *instance {
+	var best *instance
+	for _, in := range f.ready {
+		if in.inFlight < max(f.lim.Concurrency, 1) && (best == nil || in.inFlight < best.inFlight) {
+			best = in
+		}
+	}
+	return best
+}
+
+// grantLocked gives free slots to waiting requests, oldest first.
+func (f *function) grantLocked(now time.Time) {
+	for len(f.waiters) > 0 {
+		in := f.pickLocked()
+		if in == nil {
+			return
+		}
+		w := f.waiters[0]
+		f.waiters = f.waiters[1:]
+		in.inFlight++
+		in.lastActive = now
+		w.ch <- in
+	}
+}
+
+// loop runs while requests wait: it asks the source again and probes starting instances every
+// probe interval, so that a new instance serves as soon as it answers its health check.
+func (a *Activator) loop(f *function) {
+	t := time.NewTicker(a.probeEvery)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		a.refresh(ctx, f)
+		cancel()
+		f.mu.Lock()
+		if len(f.waiters) == 0 {
+			f.running = false
+			f.mu.Unlock()
+			return
+		}
+		f.mu.Unlock()
+		<-t.C
+	}
+}
+
+// refresh reads the function's instances from the source: ready ones become routable, starting
+// ones with an address are probed (concurrently, one probe each at a time), those no longer
+// listed take no new requests.
+func (a *Activator) refresh(ctx context.Context, f *function) error {
+	list, err := a.src.Instances(ctx, f.ns, f.name)
+	now := a.now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	f.refreshed = now
+	listed := make(map[string]bool, len(list))
+	for i := range list {
+		inst := list[i]
+		listed[inst.ID] = true
+		if inst.Ready && inst.URL != nil {
+			f.addReadyLocked(inst, now)
+			continue
+		}
+		if f.isReadyLocked(inst.ID) {
+			continue // probed ready already; the backend's verdict catches up
+		}
+		f.starting[inst.ID] = &inst
+		if inst.URL != nil && !f.probing[inst.ID] {
+			f.probing[inst.ID] = true
+			go a.probeOnce(f, inst)
+		}
+	}
+	for id := range f.starting {
+		if !listed[id] {
+			delete(f.starting, id)
+		}
+	}
+	f.ready = slices.DeleteFunc(f.ready, func(in *instance) bool {
+		if !listed[in.id] {
+			in.gone = true
+			return true
+		}
+		return false
+	})
+	f.grantLocked(now)
+	return nil
+}
+
+func (f *function) isReadyLocked(id string) bool {
+	return slices.ContainsFunc(f.ready, func(in *instance) bool { return in.id == id })
+}
+
+func (f *function) addReadyLocked(inst Instance, now time.Time) {
+	delete(f.starting, inst.ID)
+	for _, in := range f.ready {
+		if in.id == inst.ID {
+			in.url = inst.URL
+			return
+		}
+	}
+	f.ready = append(f.ready, &instance{id: inst.ID, url: inst.URL, lastActive: now})
+}
+
+// probeOnce asks a starting instance's health endpoint; on 200 it becomes routable at once.
+func (a *Activator) probeOnce(f *function, inst Instance) {
+	ok := false
+	u := *inst.URL
+	u.Path = HealthPath
+	if resp, err := a.probe.Get(u.String()); err == nil {
+		resp.Body.Close()
+		ok = resp.StatusCode == http.StatusOK
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.probing, inst.ID)
+	if ok {
+		if _, still := f.starting[inst.ID]; still {
+			f.addReadyLocked(inst, a.now())
+			f.grantLocked(a.now())
+		}
+	}
+}
+
+// InstanceLoad is one ready instance's load.
+type InstanceLoad struct {
+	ID         string
+	InFlight   int
+	LastActive time.Time
+}
+
+// Load is a function's load as this activator sees it.
+type Load struct {
+	Namespace, Name string
+	InFlight, Held  int
+	Instances       []InstanceLoad
+}
+
+// Loads reports every function's load (for the decider and /metrics).
+func (a *Activator) Loads() []Load {
+	a.mu.Lock()
+	fns := make([]*function, 0, len(a.fns))
+	for _, f := range a.fns {
+		fns = append(fns, f)
+	}
+	a.mu.Unlock()
+	out := make([]Load, 0, len(fns))
+	for _, f := range fns {
+		f.mu.Lock()
+		l := Load{Namespace: f.ns, Name: f.name, Held: len(f.waiters)}
+		for _, in := range f.ready {
+			l.InFlight += in.inFlight
+			l.Instances = append(l.Instances, InstanceLoad{ID: in.id, InFlight: in.inFlight, LastActive: in.lastActive})
+		}
+		f.mu.Unlock()
+		out = append(out, l)
+	}
+	return out
+}

@@ -1,0 +1,275 @@
+package activator_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sless-dev/sless/activator"
+)
+
+// source is a backend whose instances the test sets.
+type source struct {
+	mu    sync.Mutex
+	list  []activator.Instance
+	calls atomic.Int64
+}
+
+func (s *source) set(l ...activator.Instance) { s.mu.Lock(); s.list = l; s.mu.Unlock() }
+
+func (s *source) Instances(context.Context, string, string) ([]activator.Instance, error) {
+	s.calls.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]activator.Instance(nil), s.list...), nil
+}
+
+// scaler records pokes.
+type scaler struct{ pokes chan string }
+
+func (s *scaler) Poke(ns, name string) {
+	select {
+	case s.pokes <- ns + "/" + name:
+	default:
+	}
+}
+
+// server is an instance: its /health answers as healthy says.
+func server(t *testing.T, healthy *atomic.Bool) *url.URL {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == activator.HealthPath && (healthy == nil || healthy.Load()) {
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(s.Close)
+	u, _ := url.Parse(s.URL)
+	return u
+}
+
+func ready(id string, u *url.URL) activator.Instance { return activator.Instance{ID: id, URL: u, Ready: true} }
+
+func TestConcurrencyIsAHardLimitAndHeldRequestsGoInOrder(t *testing.T) {
+	src := &source{}
+	src.set(ready("a", server(t, nil)))
+	a := activator.New(src)
+	ctx := context.Background()
+	lim := activator.Limits{Concurrency: 2, MaxHeld: 3}
+	l1, err := a.Acquire(ctx, "ns", "f", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, _ := a.Acquire(ctx, "ns", "f", lim)
+	got := make(chan int, 3)
+	var started sync.WaitGroup
+	for i := range 3 {
+		started.Add(1)
+		go func() {
+			started.Done()
+			l, err := a.Acquire(ctx, "ns", "f", lim)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- i
+			l.Release()
+		}()
+		started.Wait()
+		waitHeld(t, a, i+1)
+	}
+	// A fourth beyond the held bound is refused at once.
+	if _, err := a.Acquire(ctx, "ns", "f", lim); !errors.Is(err, activator.ErrThrottled) {
+		t.Fatalf("beyond the hold queue: %v", err)
+	}
+	// One slot freed: the held requests get it in turn, oldest first (each releases it).
+	l1.Release()
+	defer l2.Release()
+	for want := range 3 {
+		if i := <-got; i != want {
+			t.Errorf("held request %d served %dth", i, want)
+		}
+	}
+}
+
+func waitHeld(t *testing.T, a *activator.Activator, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, l := range a.Loads() {
+			if l.Held == n {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never %d held: %+v", n, a.Loads())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestHeldRequestTimesOut(t *testing.T) {
+	src := &source{}
+	src.set(ready("a", server(t, nil)))
+	a := activator.New(src)
+	lim := activator.Limits{Concurrency: 1, MaxHeld: 10}
+	l, _ := a.Acquire(context.Background(), "ns", "f", lim)
+	defer l.Release()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := a.Acquire(ctx, "ns", "f", lim); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%v", err)
+	}
+	if ld := a.Loads()[0]; ld.Held != 0 || ld.InFlight != 1 {
+		t.Errorf("after the timeout: %+v", ld)
+	}
+}
+
+// A request with no instance waits while the scaler is poked, and goes to the new instance as
+// soon as its health check answers, before the backend calls it ready.
+func TestColdStartProbesTheNewInstance(t *testing.T) {
+	src := &source{}
+	sc := &scaler{pokes: make(chan string, 10)}
+	a := activator.New(src, activator.WithScaler(sc), activator.WithProbeInterval(10*time.Millisecond))
+	var healthy atomic.Bool
+	u := server(t, &healthy)
+	done := make(chan *activator.Lease)
+	go func() {
+		l, err := a.Acquire(context.Background(), "ns", "f", activator.Limits{Concurrency: 1, MaxHeld: 10})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- l
+	}()
+	if p := <-sc.pokes; p != "ns/f" {
+		t.Fatalf("poked %s", p)
+	}
+	src.set(activator.Instance{ID: "new", URL: u}) // started, not ready to the backend
+	select {
+	case <-done:
+		t.Fatal("served before the instance was healthy")
+	case <-time.After(100 * time.Millisecond):
+	}
+	flipped := time.Now()
+	healthy.Store(true)
+	l := <-done
+	if l.Instance() != "new" || l.URL().Host != u.Host {
+		t.Errorf("lease on %s %s", l.Instance(), l.URL())
+	}
+	if d := time.Since(flipped); d > 200*time.Millisecond {
+		t.Errorf("served %v after the instance became healthy", d)
+	}
+	l.Release()
+}
+
+func TestNoInstanceWithoutAScaler(t *testing.T) {
+	a := activator.New(&source{})
+	if _, err := a.Acquire(context.Background(), "ns", "f", activator.Limits{Concurrency: 1, MaxHeld: 10}); !errors.Is(err, activator.ErrNoInstance) {
+		t.Fatalf("%v", err)
+	}
+}
+
+// Fewest in flight first; on a tie the instance ready longest, so load packs and others idle.
+func TestLeastLoadedAndRemovedInstances(t *testing.T) {
+	src := &source{}
+	ua, ub := server(t, nil), server(t, nil)
+	src.set(ready("a", ua), ready("b", ub))
+	a := activator.New(src, activator.WithRefreshInterval(time.Hour))
+	ctx := context.Background()
+	lim := activator.Limits{Concurrency: 10, MaxHeld: 10}
+	var got []string
+	var leases []*activator.Lease
+	for range 3 {
+		l, err := a.Acquire(ctx, "ns", "f", lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, l.Instance())
+		leases = append(leases, l)
+	}
+	if want := []string{"a", "b", "a"}; !equal(got, want) {
+		t.Errorf("routed to %v, want %v", got, want)
+	}
+	for _, l := range leases {
+		l.Release()
+	}
+	// Sequential requests stay on the first instance: the second can go idle.
+	for range 5 {
+		l, _ := a.Acquire(ctx, "ns", "f", lim)
+		if l.Instance() != "a" {
+			t.Errorf("sequential request on %s", l.Instance())
+		}
+		l.Release()
+	}
+	// An instance that cannot be reached takes no more requests.
+	l, _ := a.Acquire(ctx, "ns", "f", lim)
+	l.Retry()
+	src.set(ready("b", ub))
+	for range 3 {
+		l, err := a.Acquire(ctx, "ns", "f", lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Instance() != "b" {
+			t.Errorf("a removed instance got a request")
+		}
+		l.Release()
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Under concurrent load no instance ever has more than the concurrency in flight.
+func TestConcurrencyUnderLoad(t *testing.T) {
+	src := &source{}
+	src.set(ready("a", server(t, nil)), ready("b", server(t, nil)))
+	a := activator.New(src)
+	lim := activator.Limits{Concurrency: 3, MaxHeld: 200}
+	var mu sync.Mutex
+	inFlight, peak := map[string]int{}, map[string]int{}
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := a.Acquire(context.Background(), "ns", "f", lim)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			inFlight[l.Instance()]++
+			peak[l.Instance()] = max(peak[l.Instance()], inFlight[l.Instance()])
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+			inFlight[l.Instance()]--
+			mu.Unlock()
+			l.Release()
+		}()
+	}
+	wg.Wait()
+	for id, p := range peak {
+		if p > 3 {
+			t.Errorf("instance %s had %d in flight, concurrency 3", id, p)
+		}
+	}
+	if ld := a.Loads()[0]; ld.InFlight != 0 || ld.Held != 0 {
+		t.Errorf("after the load: %+v", ld)
+	}
+}
