@@ -29,6 +29,13 @@ type functionDataModel struct {
 	CodeSHA256 types.String `tfsdk:"code_sha256"`
 	Namespace  types.String `tfsdk:"namespace"`
 	URL        types.String `tfsdk:"url"`
+	// Scale, and what the platform runs now.
+	MinReplicas     types.Int64 `tfsdk:"min_replicas"`
+	MaxReplicas     types.Int64 `tfsdk:"max_replicas"`
+	Concurrency     types.Int64 `tfsdk:"concurrency"`
+	IdleTimeoutSec  types.Int64 `tfsdk:"idle_timeout_sec"`
+	Replicas        types.Int64 `tfsdk:"replicas"`
+	DesiredReplicas types.Int64 `tfsdk:"desired_replicas"`
 }
 
 func (d *FunctionDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
@@ -39,19 +46,28 @@ func (d *FunctionDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 	computed := func(desc string) schema.StringAttribute {
 		return schema.StringAttribute{Computed: true, Description: desc}
 	}
+	number := func(desc string) schema.Int64Attribute {
+		return schema.Int64Attribute{Computed: true, Description: desc}
+	}
 	resp.Schema = schema.Schema{
 		Description: "Reads a function of the caller's namespace.",
 		Attributes: map[string]schema.Attribute{
-			"name":        schema.StringAttribute{Required: true},
-			"runtime":     computed("python3.11 or nodejs20."),
-			"entrypoint":  computed("module.function or file.export."),
-			"memory_mb":   schema.Int64Attribute{Computed: true},
-			"timeout_sec": schema.Int64Attribute{Computed: true},
-			"image":       computed("The function image, by digest."),
-			"phase":       computed("Pending, Building, Ready or Failed."),
-			"code_sha256": computed("sha256 of the uploaded zip."),
-			"namespace":   computed("The namespace."),
-			"url":         computed("The function's /fn/ URL."),
+			"name":             schema.StringAttribute{Required: true},
+			"runtime":          computed("python3.11 or nodejs20."),
+			"entrypoint":       computed("module.function or file.export."),
+			"memory_mb":        schema.Int64Attribute{Computed: true},
+			"timeout_sec":      schema.Int64Attribute{Computed: true},
+			"image":            computed("The function image, by digest."),
+			"phase":            computed("Pending, Building, Ready or Failed."),
+			"code_sha256":      computed("sha256 of the uploaded zip."),
+			"namespace":        computed("The namespace."),
+			"url":              computed("The function's /fn/ URL."),
+			"min_replicas":     number("Fewest instances kept running (0 scales to zero when idle)."),
+			"max_replicas":     number("Most instances."),
+			"concurrency":      number("Most requests one instance is sent at once; the rest wait in the proxy's hold queue."),
+			"idle_timeout_sec": number("Seconds without a request after which an instance above min_replicas is stopped."),
+			"replicas":         number("Instances ready now."),
+			"desired_replicas": number("Instances the platform is scaling to."),
 		},
 	}
 }
@@ -79,5 +95,8 @@ func (d *FunctionDataSource) Read(ctx context.Context, req datasource.ReadReques
 	m.MemoryMB, m.TimeoutSec = types.Int64Value(int64(f.MemoryMB)), types.Int64Value(int64(f.TimeoutSec))
 	m.Image, m.Phase, m.CodeSHA256 = types.StringValue(f.Status.Image), types.StringValue(string(f.Status.Phase)), types.StringValue(f.Status.CodeSHA256)
 	m.Namespace, m.URL = types.StringValue(d.c.Namespace()), types.StringValue(f.Status.URL)
+	m.MinReplicas, m.MaxReplicas = types.Int64Value(int64(f.MinReplicas)), types.Int64Value(int64(f.MaxReplicas))
+	m.Concurrency, m.IdleTimeoutSec = types.Int64Value(int64(f.Concurrency)), types.Int64Value(int64(f.IdleTimeoutSec))
+	m.Replicas, m.DesiredReplicas = types.Int64Value(int64(f.Status.Replicas)), types.Int64Value(int64(f.Status.DesiredReplicas))
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }

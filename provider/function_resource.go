@@ -45,12 +45,18 @@ type functionModel struct {
 	MemoryMB        types.Int64  `tfsdk:"memory_mb"`
 	TimeoutSec      types.Int64  `tfsdk:"timeout_sec"`
 	EnvVars         types.Map    `tfsdk:"env_vars"`
+	MinReplicas     types.Int64  `tfsdk:"min_replicas"`
+	MaxReplicas     types.Int64  `tfsdk:"max_replicas"`
+	Concurrency     types.Int64  `tfsdk:"concurrency"`
+	IdleTimeoutSec  types.Int64  `tfsdk:"idle_timeout_sec"`
 	BuildTimeoutSec types.Int64  `tfsdk:"build_timeout_sec"`
 	Image           types.String `tfsdk:"image"`
 	Phase           types.String `tfsdk:"phase"`
 	CodeSHA256      types.String `tfsdk:"code_sha256"`
 	Namespace       types.String `tfsdk:"namespace"`
 	URL             types.String `tfsdk:"url"`
+	Replicas        types.Int64  `tfsdk:"replicas"`
+	DesiredReplicas types.Int64  `tfsdk:"desired_replicas"`
 }
 
 func (r *FunctionResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -59,6 +65,33 @@ func (r *FunctionResource) Metadata(_ context.Context, req resource.MetadataRequ
 
 func keep() []planmodifier.String {
 	return []planmodifier.String{stringplanmodifier.UseStateForUnknown()}
+}
+
+// defaultMaxReplicas plans the server's default max_replicas, the larger of
+// apiv1.DefaultMaxReplicas and min_replicas, when the configuration leaves it out: the plan shows
+// the value the server will report (no "known after apply" on every change, no inconsistent
+// result when min_replicas moves), and removing max_replicas from the configuration returns it
+// to the default, as a static default would.
+type defaultMaxReplicas struct{}
+
+func (defaultMaxReplicas) Description(context.Context) string {
+	return fmt.Sprintf("when not configured, the larger of %d and min_replicas", apiv1.DefaultMaxReplicas)
+}
+
+func (d defaultMaxReplicas) MarkdownDescription(ctx context.Context) string {
+	return d.Description(ctx)
+}
+
+func (defaultMaxReplicas) PlanModifyInt64(ctx context.Context, req planmodifier.Int64Request, resp *planmodifier.Int64Response) {
+	if !req.ConfigValue.IsNull() || req.Plan.Raw.IsNull() {
+		return
+	}
+	var minReplicas types.Int64
+	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("min_replicas"), &minReplicas)...)
+	if resp.Diagnostics.HasError() || minReplicas.IsNull() || minReplicas.IsUnknown() {
+		return // unknown until min_replicas is known
+	}
+	resp.PlanValue = types.Int64Value(max(apiv1.DefaultMaxReplicas, minReplicas.ValueInt64()))
 }
 
 func (r *FunctionResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
@@ -79,6 +112,18 @@ func (r *FunctionResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 				Validators: []validator.Int64{memoryValidator}, Description: fmt.Sprintf("Memory limit in MiB (%d–%d).", apiv1.MinMemoryMB, apiv1.MaxMemoryMB)},
 			"timeout_sec": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(apiv1.DefaultTimeoutSec),
 				Validators: []validator.Int64{timeoutValidator}, Description: fmt.Sprintf("Per-invocation timeout in seconds (%d–%d).", apiv1.MinTimeoutSec, apiv1.MaxTimeoutSec)},
+			"min_replicas": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(apiv1.DefaultMinReplicas),
+				Validators:  []validator.Int64{minReplicasValidator},
+				Description: fmt.Sprintf("Fewest instances kept running (0–%d); 0 lets the function scale to zero when idle. Changes in place.", apiv1.MaxReplicasLimit)},
+			"max_replicas": schema.Int64Attribute{Optional: true, Computed: true, PlanModifiers: []planmodifier.Int64{defaultMaxReplicas{}},
+				Validators:  []validator.Int64{maxReplicasValidator},
+				Description: fmt.Sprintf("Most instances (1–%d, at least min_replicas); default the larger of %d and min_replicas. Changes in place.", apiv1.MaxReplicasLimit, apiv1.DefaultMaxReplicas)},
+			"concurrency": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(apiv1.DefaultConcurrency),
+				Validators:  []validator.Int64{concurrencyValidator},
+				Description: fmt.Sprintf("Most requests one instance is sent at once (%d–%d), a hard limit: the rest wait in the proxy's hold queue. Changes in place.", apiv1.MinConcurrency, apiv1.MaxConcurrency)},
+			"idle_timeout_sec": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(apiv1.DefaultIdleTimeout),
+				Validators:  []validator.Int64{idleTimeoutValidator},
+				Description: fmt.Sprintf("An instance above min_replicas is stopped after this many seconds without a request (%d–%d). Changes in place.", apiv1.MinIdleTimeoutSec, apiv1.MaxIdleTimeoutSec)},
 			"env_vars":          schema.MapAttribute{Optional: true, ElementType: types.StringType, Description: "Environment variables, set at run time (never baked into the image)."},
 			"build_timeout_sec": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(300), Description: "How long apply waits for the function to be Ready."},
 			"image":             schema.StringAttribute{Computed: true, Description: "The function image, by digest."},
@@ -86,6 +131,10 @@ func (r *FunctionResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			"code_sha256":       schema.StringAttribute{Computed: true, Description: "sha256 of the uploaded zip."},
 			"namespace":         schema.StringAttribute{Computed: true, PlanModifiers: keep(), Description: "The namespace (from the token's subject)."},
 			"url":               schema.StringAttribute{Computed: true, PlanModifiers: keep(), Description: "The function's /fn/ URL."},
+			// No UseStateForUnknown: these move without Terraform (ModifyPlan plans them unknown on
+			// every update).
+			"replicas":         schema.Int64Attribute{Computed: true, Description: "Instances ready now."},
+			"desired_replicas": schema.Int64Attribute{Computed: true, Description: "Instances the platform is scaling to."},
 		},
 	}
 }
@@ -108,6 +157,9 @@ func (m functionModel) code() ([]byte, string, error) {
 
 // ModifyPlan plans code_sha256 from the files, so a code change is one in-place update and
 // unchanged files plan nothing; the image is unknown only when something baked into it changes.
+// replicas and desired_replicas change without Terraform (the platform scales the function), so
+// any update plans them unknown: whatever the apply reads is consistent with the plan. With
+// nothing to change they keep what the refresh read, and a plan shows no diff for them.
 func (r *FunctionResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	if req.Plan.Raw.IsNull() {
 		return
@@ -134,11 +186,20 @@ func (r *FunctionResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 		}
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+	// The framework marks unset computed attributes unknown only when the configuration changes;
+	// a code change (or a phase that is not Ready) is found here, so check again.
+	if !resp.Diagnostics.HasError() && !req.State.Raw.IsNull() && !resp.Plan.Raw.Equal(req.State.Raw) {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("replicas"), types.Int64Unknown())...)
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("desired_replicas"), types.Int64Unknown())...)
+	}
 }
 
 func (m functionModel) spec() (apiv1.Function, error) {
 	f := apiv1.Function{Name: m.Name.ValueString(), Runtime: m.Runtime.ValueString(), Entrypoint: m.Entrypoint.ValueString(),
-		MemoryMB: int(m.MemoryMB.ValueInt64()), TimeoutSec: int(m.TimeoutSec.ValueInt64())}
+		MemoryMB: int(m.MemoryMB.ValueInt64()), TimeoutSec: int(m.TimeoutSec.ValueInt64()),
+		// An unknown (or null) value is sent as 0: the server's default.
+		MinReplicas: int(m.MinReplicas.ValueInt64()), MaxReplicas: int(m.MaxReplicas.ValueInt64()),
+		Concurrency: int(m.Concurrency.ValueInt64()), IdleTimeoutSec: int(m.IdleTimeoutSec.ValueInt64())}
 	if !m.EnvVars.IsNull() && !m.EnvVars.IsUnknown() {
 		f.EnvVars = map[string]string{}
 		for k, v := range m.EnvVars.Elements() {
@@ -160,6 +221,10 @@ func (m *functionModel) fill(f *apiv1.Function, ns string) {
 	m.Entrypoint = types.StringValue(f.Entrypoint)
 	m.MemoryMB = types.Int64Value(int64(f.MemoryMB))
 	m.TimeoutSec = types.Int64Value(int64(f.TimeoutSec))
+	m.MinReplicas = types.Int64Value(int64(f.MinReplicas))
+	m.MaxReplicas = types.Int64Value(int64(f.MaxReplicas))
+	m.Concurrency = types.Int64Value(int64(f.Concurrency))
+	m.IdleTimeoutSec = types.Int64Value(int64(f.IdleTimeoutSec))
 	if len(f.EnvVars) > 0 || (!m.EnvVars.IsNull() && !m.EnvVars.IsUnknown()) {
 		env := map[string]types.String{}
 		for k, v := range f.EnvVars {
@@ -172,6 +237,8 @@ func (m *functionModel) fill(f *apiv1.Function, ns string) {
 	m.CodeSHA256 = types.StringValue(f.Status.CodeSHA256)
 	m.Namespace = types.StringValue(ns)
 	m.URL = types.StringValue(f.Status.URL)
+	m.Replicas = types.Int64Value(int64(f.Status.Replicas))
+	m.DesiredReplicas = types.Int64Value(int64(f.Status.DesiredReplicas))
 	if m.BuildTimeoutSec.IsNull() || m.BuildTimeoutSec.IsUnknown() {
 		m.BuildTimeoutSec = types.Int64Value(300)
 	}
@@ -298,10 +365,12 @@ func (r *FunctionResource) Update(ctx context.Context, req resource.UpdateReques
 	planned := m.CodeSHA256
 	m.fill(f, r.c.Namespace())
 	m.CodeSHA256 = planned
-	// Any spec change is rolled out by the platform (a rebuild, or a restart with new env vars or
-	// limits): wait until the function serves it.
+	// Any spec change is rolled out by the platform (a rebuild, a restart with new env vars or
+	// limits, or for the scale just the controller catching up, Pending meanwhile): wait until the
+	// function serves it, so phase is Ready as planned.
 	changed := !state.Runtime.Equal(m.Runtime) || !state.Entrypoint.Equal(m.Entrypoint) || !state.MemoryMB.Equal(m.MemoryMB) ||
-		!state.TimeoutSec.Equal(m.TimeoutSec) || !state.EnvVars.Equal(m.EnvVars)
+		!state.TimeoutSec.Equal(m.TimeoutSec) || !state.EnvVars.Equal(m.EnvVars) || !state.MinReplicas.Equal(m.MinReplicas) ||
+		!state.MaxReplicas.Equal(m.MaxReplicas) || !state.Concurrency.Equal(m.Concurrency) || !state.IdleTimeoutSec.Equal(m.IdleTimeoutSec)
 	err = r.deploy(ctx, &m, state.CodeSHA256.ValueString(), changed)
 	if err == nil {
 		if f, err = r.c.GetFunction(ctx, spec.Name); err == nil {

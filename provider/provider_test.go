@@ -95,6 +95,7 @@ resource "sless_function" "f" {
 				Check: resource.ComposeAggregateTestCheckFunc(
 					resource.TestCheckResourceAttr("sless_function.f", "phase", "Ready"),
 					resource.TestCheckResourceAttr("sless_function.f", "entrypoint", "handler.handle"),
+					checkScale("sless_function.f", 0, 10, 10, 300), // the defaults, read back
 					resource.TestCheckResourceAttr("sless_function.f", "namespace", u.Client.Namespace()),
 					resource.TestCheckResourceAttr("sless_function.f", "url", u.URL+"/fn/"+u.Client.Namespace()+"/tf-hello"),
 					resource.TestMatchResourceAttr("sless_function.f", "image", regexp.MustCompile(`@sha256:[0-9a-f]{64}$`)),
@@ -110,6 +111,7 @@ resource "sless_function" "f" {
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction("sless_function.f", plancheck.ResourceActionUpdate),
 					plancheck.ExpectUnknownValue("sless_function.f", tfjsonPath("image")),
+					plancheck.ExpectUnknownValue("sless_function.f", tfjsonPath("replicas")), // ModifyPlan's, not the framework's
 				}},
 				Check: servesBody(u, "tf-hello", `"v": 2`),
 			},
@@ -250,6 +252,61 @@ func TestAccBadConfig(t *testing.T) {
   memory_mb = 16
   source_dir = "` + src + `"
 }`, `(?s)memory_mb.*between 64 and 8192`, false},
+		{"min replicas -1", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  min_replicas = -1
+  source_dir = "` + src + `"
+}`, `(?s)min_replicas.*between\s+0\s+and\s+100,\s+got:\s+-1`, false},
+		{"min replicas 101", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  min_replicas = 101
+  source_dir = "` + src + `"
+}`, `(?s)min_replicas.*between\s+0\s+and\s+100,\s+got:\s+101`, false},
+		{"max replicas 0", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  max_replicas = 0
+  source_dir = "` + src + `"
+}`, `(?s)max_replicas.*between\s+1\s+and\s+100,\s+got:\s+0`, false},
+		{"max replicas 101", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  max_replicas = 101
+  source_dir = "` + src + `"
+}`, `(?s)max_replicas.*between\s+1\s+and\s+100,\s+got:\s+101`, false},
+		{"concurrency 0", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  concurrency = 0
+  source_dir = "` + src + `"
+}`, `(?s)concurrency.*between\s+1\s+and\s+1000,\s+got:\s+0`, false},
+		{"concurrency 1001", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  concurrency = 1001
+  source_dir = "` + src + `"
+}`, `(?s)concurrency.*between\s+1\s+and\s+1000,\s+got:\s+1001`, false},
+		{"idle timeout sec 4", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  idle_timeout_sec = 4
+  source_dir = "` + src + `"
+}`, `(?s)idle_timeout_sec.*between\s+5\s+and\s+86400,\s+got:\s+4`, false},
+		{"idle timeout sec 86401", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  idle_timeout_sec = 86401
+  source_dir = "` + src + `"
+}`, `(?s)idle_timeout_sec.*between\s+5\s+and\s+86400,\s+got:\s+86401`, false},
+		{"max below min", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  min_replicas = 20
+  max_replicas = 5
+  source_dir = "` + src + `"
+}`, `max_replicas 5 is below min_replicas 20`, true},
 		{"bad entrypoint", `resource "sless_function" "f" {
   name = "x"
   runtime = "python3.11"

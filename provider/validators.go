@@ -48,6 +48,16 @@ var memoryValidator = int64validator.Between(apiv1.MinMemoryMB, apiv1.MaxMemoryM
 
 var timeoutValidator = int64validator.Between(apiv1.MinTimeoutSec, apiv1.MaxTimeoutSec)
 
+// The scale ranges of apiv1.ValidScale, which also takes 0 for "the default" on the wire; in a
+// configuration the default is leaving the attribute out, so 0 is refused where it is out of range.
+// That max_replicas is at least min_replicas is the server's check (it needs both, defaults applied).
+var (
+	minReplicasValidator = int64validator.Between(0, apiv1.MaxReplicasLimit)
+	maxReplicasValidator = int64validator.Between(1, apiv1.MaxReplicasLimit)
+	concurrencyValidator = int64validator.Between(apiv1.MinConcurrency, apiv1.MaxConcurrency)
+	idleTimeoutValidator = int64validator.Between(apiv1.MinIdleTimeoutSec, apiv1.MaxIdleTimeoutSec)
+)
+
 var jsonValidator = stringCheck{"JSON text", func(s string) error {
 	if !jsonValid(s) {
 		return fmt.Errorf("event_json is not valid JSON; use jsonencode(...)")

@@ -19,6 +19,9 @@ resource "sless_function" "hello" {
   env_vars = {
     GREETING = "hello"
   }
+  # scale (optional, changed in place): at most 3 instances, 20 requests at once each
+  max_replicas = 3
+  concurrency  = 20
 }
 
 resource "sless_trigger" "http" {
