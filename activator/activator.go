@@ -59,7 +59,7 @@ func WithScaler(s Scaler) Option { return func(a *Activator) { a.scaler = s } }
 func WithProbeInterval(d time.Duration) Option { return func(a *Activator) { a.probeEvery = d } }
 
 // WithRefreshInterval is how stale the known instances may get while none is waited for
-// (default 1 s): new instances are learnt within it.
+// (default 1 s): new instances are learnt within it. 0 asks the source on every request.
 func WithRefreshInterval(d time.Duration) Option { return func(a *Activator) { a.refreshEvery = d } }
 
 // WithProbeClient sets the client of health probes (default: 500 ms timeout, no proxy).
@@ -81,7 +81,7 @@ type Activator struct {
 	refreshEvery time.Duration
 	now          func() time.Time
 
-	mu  sync.Mutex
+	mu  sync.RWMutex
 	fns map[string]*function
 }
 
@@ -113,8 +113,9 @@ type function struct {
 }
 
 type instance struct {
-	id         string
-	url        *url.URL
+	id  string
+	url *url.URL // never changes
+
 	inFlight   int
 	lastActive time.Time
 	gone       bool // no longer listed: takes no new requests
@@ -164,12 +165,19 @@ func (l *Lease) Retry() {
 func key(ns, name string) string { return ns + "/" + name }
 
 func (a *Activator) function(ns, name string) *function {
+	k := key(ns, name)
+	a.mu.RLock()
+	f := a.fns[k]
+	a.mu.RUnlock()
+	if f != nil {
+		return f
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	f := a.fns[key(ns, name)]
+	f = a.fns[k]
 	if f == nil {
 		f = &function{ns: ns, name: name, starting: map[string]*Instance{}, probing: map[string]bool{}}
-		a.fns[key(ns, name)] = f
+		a.fns[k] = f
 	}
 	return f
 }
@@ -188,12 +196,19 @@ func (a *Activator) Forget(ns, name string) {
 func (a *Activator) Acquire(ctx context.Context, ns, name string, lim Limits) (*Lease, error) {
 	f := a.function(ns, name)
 	now := a.now()
+	if a.refreshEvery == 0 {
+		// The source is asked on every request, before choosing (a backend that says nothing
+		// when it switches instances).
+		if err := a.refresh(ctx, f); err != nil && a.scaler == nil {
+			return nil, err
+		}
+	}
 	f.mu.Lock()
 	f.lim = lim
 	if in := f.pickLocked(); in != nil {
 		in.inFlight++
 		in.lastActive = now
-		if now.Sub(f.refreshed) >= a.refreshEvery && !f.refreshing {
+		if a.refreshEvery > 0 && now.Sub(f.refreshed) >= a.refreshEvery && !f.refreshing {
 			// Learn new and removed instances without making this request wait for it.
 			f.refreshing, f.refreshed = true, now
 			go func() {
@@ -353,9 +368,15 @@ func (f *function) isReadyLocked(id string) bool {
 
 func (f *function) addReadyLocked(inst Instance, now time.Time) {
 	delete(f.starting, inst.ID)
-	for _, in := range f.ready {
+	for i, in := range f.ready {
 		if in.id == inst.ID {
-			in.url = inst.URL
+			if in.url.String() == inst.URL.String() {
+				return
+			}
+			// An instance's url never changes once made (leases read it unlocked): a new
+			// address is a new instance; the old one finishes what it has.
+			in.gone = true
+			f.ready[i] = &instance{id: inst.ID, url: inst.URL, lastActive: in.lastActive}
 			return
 		}
 	}
@@ -398,12 +419,12 @@ type Load struct {
 
 // Loads reports every function's load (for the decider and /metrics).
 func (a *Activator) Loads() []Load {
-	a.mu.Lock()
+	a.mu.RLock()
 	fns := make([]*function, 0, len(a.fns))
 	for _, f := range a.fns {
 		fns = append(fns, f)
 	}
-	a.mu.Unlock()
+	a.mu.RUnlock()
 	out := make([]Load, 0, len(fns))
 	for _, f := range fns {
 		f.mu.Lock()

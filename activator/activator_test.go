@@ -53,7 +53,9 @@ func server(t *testing.T, healthy *atomic.Bool) *url.URL {
 	return u
 }
 
-func ready(id string, u *url.URL) activator.Instance { return activator.Instance{ID: id, URL: u, Ready: true} }
+func ready(id string, u *url.URL) activator.Instance {
+	return activator.Instance{ID: id, URL: u, Ready: true}
+}
 
 func TestConcurrencyIsAHardLimitAndHeldRequestsGoInOrder(t *testing.T) {
 	src := &source{}
@@ -271,5 +273,26 @@ func TestConcurrencyUnderLoad(t *testing.T) {
 	}
 	if ld := a.Loads()[0]; ld.InFlight != 0 || ld.Held != 0 {
 		t.Errorf("after the load: %+v", ld)
+	}
+}
+
+// With a refresh interval of 0 the source is asked on every request: a backend that switches
+// instances without saying so is followed at once.
+func TestRefreshOnEveryRequest(t *testing.T) {
+	src := &source{}
+	ua, ub := server(t, nil), server(t, nil)
+	src.set(ready("a", ua))
+	a := activator.New(src, activator.WithRefreshInterval(0))
+	lim := activator.Limits{Concurrency: 10, MaxHeld: 10}
+	l, _ := a.Acquire(context.Background(), "ns", "f", lim)
+	src.set(ready("b", ub))
+	l2, err := a.Acquire(context.Background(), "ns", "f", lim)
+	if err != nil || l2.Instance() != "b" {
+		t.Fatalf("after the switch: %v %v", l2, err)
+	}
+	l.Release() // the old instance's request finishes
+	l2.Release()
+	if ld := a.Loads()[0]; ld.InFlight != 0 || len(ld.Instances) != 1 {
+		t.Errorf("%+v", ld)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/runspec"
 )
@@ -22,6 +23,8 @@ type proxyTarget struct {
 	url      *url.URL
 	path     string // escaped path for the function, "/" at least
 	prefix   string // "/fn/{ns}/{name}"; "" on the function's own host
+	lease    *activator.Lease
+	lim      activator.Limits
 }
 
 type proxyTargetKey struct{}
@@ -59,7 +62,7 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			confineResponse(resp.Header, t.prefix)
 			return nil
 		},
-		Transport:  &dialRetry{next: s.o.transport, budget: s.o.dialRetry, resolver: s.b.Resolver},
+		Transport:  &dialRetry{next: s.o.transport, budget: s.o.dialRetry, act: s.act},
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var mb *http.MaxBytesError
@@ -146,28 +149,55 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A running instance serves even while a new version is Pending or Building (or failed to
-	// build): updates must not interrupt traffic. Without one, say what the function is waiting for.
-	target, err := s.b.Resolver.Resolve(r.Context(), ns, name)
-	if err != nil {
-		var nr *NotReadyError
-		if view := s.functionView(ns, fn); errors.As(err, &nr) && view.Status.Phase != apiv1.PhaseReady {
-			msg := fmt.Sprintf("function %q is %s", name, strings.ToLower(orDefault(string(view.Status.Phase), string(apiv1.PhasePending))))
-			if view.Status.Message != "" {
-				msg += ": " + view.Status.Message
-			}
-			err = apiv1.Errorf(apiv1.CodeNotReady, "%s", msg)
+	// build): updates must not interrupt traffic. With none, the request waits for one if the
+	// backend can start one (a built version exists); else it says what the function waits for.
+	notReady := func() error {
+		view := s.functionView(ns, fn)
+		msg := fmt.Sprintf("function %q is %s", name, strings.ToLower(orDefault(string(view.Status.Phase), string(apiv1.PhasePending))))
+		if view.Status.Message != "" {
+			msg += ": " + view.Status.Message
 		}
-		writeError(w, r, notFound("function", name, err))
-		return
+		if view.Status.Phase == apiv1.PhaseReady {
+			msg = fmt.Sprintf("function %q has no instance running", name)
+		}
+		return apiv1.Errorf(apiv1.CodeNotReady, "%s", msg)
 	}
 	timeout := time.Duration(orInt(fn.Spec.TimeoutSec, apiv1.DefaultTimeoutSec))*time.Second + time.Second
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
+	t := &proxyTarget{ns: ns, name: name, path: rest, prefix: prefix,
+		lim: activator.Limits{Concurrency: fn.Spec.WithScaleDefaults().Concurrency, MaxHeld: s.o.maxHeld}}
+	if s.b.Scaler != nil && fn.Status.Image == "" {
+		t.lim.MaxHeld = -1 // nothing to start: no waiting
+	}
+	lease, err := s.act.Acquire(ctx, ns, name, t.lim)
+	switch {
+	case err == nil:
+	case errors.Is(err, activator.ErrThrottled) && t.lim.MaxHeld < 0, errors.Is(err, activator.ErrNoInstance):
+		writeError(w, r, notReady())
+		return
+	case errors.Is(err, activator.ErrThrottled):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, r, apiv1.Errorf(apiv1.CodeThrottled, "function %q: every instance is at its concurrency (%d) and %d requests wait already",
+			name, t.lim.Concurrency, t.lim.MaxHeld))
+		return
+	case errors.Is(err, context.DeadlineExceeded):
+		writeError(w, r, apiv1.Errorf(apiv1.CodeUpstreamTimeout, "no instance of function %q was free within its timeout", name))
+		return
+	case errors.Is(err, context.Canceled):
+		w.WriteHeader(499)
+		return
+	default:
+		writeError(w, r, notFound("function", name, err))
+		return
+	}
+	t.lease, t.url = lease, lease.URL()
+	defer func() { t.lease.Release() }()
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(timeout + 10*time.Second))
 	rc.SetWriteDeadline(time.Now().Add(timeout + 10*time.Second))
 	r.Body = http.MaxBytesReader(w, r.Body, s.o.proxyBodyLimit)
-	ctx = context.WithValue(ctx, proxyTargetKey{}, &proxyTarget{ns: ns, name: name, url: target, path: rest, prefix: prefix})
+	ctx = context.WithValue(ctx, proxyTargetKey{}, t)
 	s.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -222,13 +252,13 @@ func splitFnPath(escaped string) (ns, name, rest string, ok bool) {
 }
 
 // dialRetry retries a request whose connection could not be made, until budget is spent: no byte
-// of it reached the function, so even a POST is safe to send again. Each retry resolves the
-// function again, since the instance it could not reach may be gone for good (a rollout replaced
-// the pod) while another one serves.
+// of it reached the function, so even a POST is safe to send again. Each retry takes a slot on
+// another instance (the activator drops the one it could not reach), since that one may be gone
+// for good (a rollout replaced the pod) while another one serves.
 type dialRetry struct {
-	next     http.RoundTripper
-	budget   time.Duration
-	resolver Resolver
+	next   http.RoundTripper
+	budget time.Duration
+	act    *activator.Activator
 }
 
 func (d *dialRetry) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -260,13 +290,18 @@ func (d *dialRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 		case <-time.After(min(wait, remaining)):
 		}
 		wait = min(2*wait, 250*time.Millisecond)
-		if t, ok := req.Context().Value(proxyTargetKey{}).(*proxyTarget); ok && d.resolver != nil {
-			if u, rerr := d.resolver.Resolve(req.Context(), t.ns, t.name); rerr == nil {
-				if out == req {
-					out = req.Clone(req.Context())
-				}
-				out.URL.Scheme, out.URL.Host = u.Scheme, u.Host
+		if t, ok := req.Context().Value(proxyTargetKey{}).(*proxyTarget); ok && t.lease != nil && d.act != nil {
+			t.lease.Retry()
+			lease, aerr := d.act.Acquire(req.Context(), t.ns, t.name, t.lim)
+			if aerr != nil {
+				return nil, err // the deferred Release of the old lease is a no-op: Retry released it
 			}
+			t.lease = lease
+			u := lease.URL()
+			if out == req {
+				out = req.Clone(req.Context())
+			}
+			out.URL.Scheme, out.URL.Host = u.Scheme, u.Host
 		}
 	}
 }

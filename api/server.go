@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
 	"github.com/sless-dev/sless/runspec"
@@ -44,6 +45,7 @@ type options struct {
 	fnDomain       string
 	uploadRate     float64
 	uploadBurst    int
+	maxHeld        int
 }
 
 // WithVerifier sets how bearer tokens are verified. Required.
@@ -89,6 +91,13 @@ func WithUploadRate(perMinute float64, burst int) Option {
 	return func(o *options) { o.uploadRate, o.uploadBurst = perMinute, burst }
 }
 
+// WithMaxHeld bounds the requests of one function /fn/ holds while every instance is at its
+// concurrency or none is ready yet (default DefaultMaxHeld); beyond it, 429 throttled.
+func WithMaxHeld(n int) Option { return func(o *options) { o.maxHeld = n } }
+
+// DefaultMaxHeld is WithMaxHeld's default.
+const DefaultMaxHeld = 100
+
 // WithFunctionDomain also serves every function at its own origin, https://<name>--<ns>.<domain>/
 // (runspec.FunctionHost), so that one function's pages cannot script another's. No host below
 // domain serves the API. The default "" serves functions under /fn/ only.
@@ -106,6 +115,7 @@ type Server struct {
 	metrics *metrics
 	view    *ServingView // where /fn/ reads functions and triggers per request
 	uploads *tenantLimits
+	act     *activator.Activator
 }
 
 // New makes the API on a backend.
@@ -118,6 +128,7 @@ func New(b Backend, opts ...Option) (*Server, error) {
 		proxyBodyLimit: DefaultProxyBodyLimit,
 		publicURL:      "http://127.0.0.1:8080",
 		uploadRate:     DefaultUploadsPerMinute,
+		maxHeld:        DefaultMaxHeld,
 		uploadBurst:    DefaultUploadBurst,
 		ready:          func(context.Context) error { return nil },
 	}
@@ -147,6 +158,17 @@ func New(b Backend, opts ...Option) (*Server, error) {
 	if s.view == nil {
 		s.view = &ServingView{Functions: b.Functions, Triggers: b.Triggers}
 	}
+	// A Resolver says nothing when it switches to a new instance: ask it on every request, as
+	// /fn/ always did.
+	var src activator.Source = resolverSource{b.Resolver}
+	aopts := []activator.Option{activator.WithRefreshInterval(0)}
+	if b.Instances != nil {
+		src, aopts = b.Instances, nil
+	}
+	if b.Scaler != nil {
+		aopts = append(aopts, activator.WithScaler(b.Scaler))
+	}
+	s.act = activator.New(src, aopts...)
 	s.proxy = s.newProxy()
 	s.router = s.routes()
 	// /fn/ is the hot path: it skips the router's regexp matching of every /v1 route.
@@ -170,6 +192,9 @@ func New(b Backend, opts ...Option) (*Server, error) {
 
 // Handler serves the API.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Activator is /fn/'s router and hold queue: its Loads are what the autoscaler decides from.
+func (s *Server) Activator() *activator.Activator { return s.act }
 
 // Invocations is where /fn/ records calls.
 func (s *Server) Invocations() Invocations { return s.b.Invocations }

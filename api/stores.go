@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/url"
 
+	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
 )
@@ -130,6 +131,12 @@ type Backend struct {
 	Invocations Invocations
 	Code        codestore.Store
 	Resolver    Resolver
+	// Instances, when set, lists a function's instances (ready and starting) for /fn/'s
+	// activator, and Scaler is told when requests wait for one; then Resolver is not used by /fn/.
+	// Without them /fn/ routes to what Resolver answers, and a function with no instance fails at
+	// once (503) instead of waiting.
+	Instances activator.Source
+	Scaler    activator.Scaler
 	// Serving, when set, is what /fn/ reads functions and triggers from on every request: a view
 	// that may lag the stores above by a moment but costs no round trip (the Kubernetes backend's
 	// informer cache). Nil: /fn/ reads the stores above.
@@ -154,4 +161,19 @@ func (b Backend) validate() error {
 		return errors.New("api: Backend needs Invocations, Code and Resolver")
 	}
 	return nil
+}
+
+// resolverSource makes a Resolver an activator.Source: the one instance it answers, ready.
+type resolverSource struct{ r Resolver }
+
+func (s resolverSource) Instances(ctx context.Context, ns, name string) ([]activator.Instance, error) {
+	u, err := s.r.Resolve(ctx, ns, name)
+	var nr *NotReadyError
+	if errors.As(err, &nr) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []activator.Instance{{ID: u.Host, URL: u, Ready: true}}, nil
 }

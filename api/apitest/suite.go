@@ -22,6 +22,7 @@ func Run(t *testing.T, b Backend) {
 		{"FunctionHosts", testFunctionHosts},
 		{"UploadThrottle", testUploadThrottle},
 		{"ScaleFields", testScaleFields},
+		{"ConcurrencyAndHolding", testConcurrencyAndHolding},
 		{"ErrorEnvelopeEverywhere", testErrorEnvelopeEverywhere},
 		{"FunctionQuota", testFunctionQuota},
 	} {

@@ -70,7 +70,7 @@ type config struct {
 	listen, publicURL, registry                  string
 	fnDomain                                     string
 	uploadRate                                   float64
-	uploadBurst, workers, tenantBuilds           int
+	uploadBurst, workers, tenantBuilds, maxHeld  int
 	insecure                                     bool
 	codeDir, s3Endpoint, s3Bucket, s3Region      string
 	jwks, pubKey, secretFile                     string
@@ -116,6 +116,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.tenantBuilds, "max-builds-per-namespace", 1, "concurrent in-process builds of one namespace (a build that finds none free waits without holding a worker)")
 	fs.IntVar(&c.workers, "max-concurrent-reconciles", 4, "Functions reconciled at once (builds beyond --max-builds wait without holding one)")
 	fs.Float64Var(&c.uploadRate, "upload-rate", api.DefaultUploadsPerMinute, "code uploads a namespace may make per minute on average (429 throttled beyond; 0 for no limit)")
+	fs.IntVar(&c.maxHeld, "max-held", api.DefaultMaxHeld, "requests of one function /fn/ holds while every instance is busy or none is ready yet (429 throttled beyond)")
 	fs.IntVar(&c.uploadBurst, "upload-burst", api.DefaultUploadBurst, "code uploads a namespace may make at once above --upload-rate")
 	fs.StringVar(&c.operatorImage, "operator-image", "", "this operator's image (by digest): deps Jobs run its `sless deps push`; empty refuses functions with dependencies")
 	// Index URLs may carry credentials: from the environment (a Secret), never from argv.
@@ -219,7 +220,7 @@ func run(ctx context.Context, args []string) error {
 	// with two API round trips per request; the REST routes keep the direct client for
 	// read-after-write.
 	backend.Serving = kubestore.ServingView(mgr.GetClient())
-	srv, err = api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(cfg.publicURL), api.WithFunctionDomain(cfg.fnDomain), api.WithUploadRate(cfg.uploadRate, cfg.uploadBurst), api.WithReadiness(cachesSynced(mgr)))
+	srv, err = api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(cfg.publicURL), api.WithFunctionDomain(cfg.fnDomain), api.WithUploadRate(cfg.uploadRate, cfg.uploadBurst), api.WithMaxHeld(cfg.maxHeld), api.WithReadiness(cachesSynced(mgr)))
 	if err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ type upConfig struct {
 	dataDir, listen, regListen, publicURL, podmanRoot, basesDir, basesScript string
 	fnDomain                                                                 string
 	uploadRate                                                               float64
-	uploadBurst                                                              int
+	uploadBurst, maxHeld                                                     int
 	jwksURL, pubKey, issuer, audience                                        string
 	anyAudience                                                              bool
 	uploadLimit                                                              int64
@@ -79,6 +79,7 @@ func parseUpFlags(args []string, stderr io.Writer) (*upConfig, error) {
 	fs.StringVar(&c.publicURL, "public-url", "", "base URL users reach the API at (default http://<listen>)")
 	fs.StringVar(&c.fnDomain, "fn-domain", "", fnDomainUsage)
 	fs.Float64Var(&c.uploadRate, "upload-rate", api.DefaultUploadsPerMinute, "code uploads a namespace may make per minute on average (429 throttled beyond; 0 for no limit)")
+	fs.IntVar(&c.maxHeld, "max-held", api.DefaultMaxHeld, "requests of one function /fn/ holds while every instance is busy or none is ready yet (429 throttled beyond)")
 	fs.IntVar(&c.uploadBurst, "upload-burst", api.DefaultUploadBurst, "code uploads a namespace may make at once above --upload-rate")
 	fs.StringVar(&c.podmanRoot, "podman-root", filepath.Join(defaultCacheDir(), "podman"), "podman storage (shared, so base layers are pulled once)")
 	fs.StringVar(&c.basesDir, "bases-dir", filepath.Join(defaultCacheDir(), "bases"), "language base image layouts (hack/build-bases.sh)")
@@ -185,7 +186,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer p.Close()
 	srv, err = api.New(p.Backend(), api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(c.publicURL),
-		api.WithFunctionDomain(c.fnDomain), api.WithUploadLimit(c.uploadLimit), api.WithUploadRate(c.uploadRate, c.uploadBurst), api.WithTempDir(c.dataDir), api.WithReadiness(p.Ready))
+		api.WithFunctionDomain(c.fnDomain), api.WithUploadLimit(c.uploadLimit), api.WithUploadRate(c.uploadRate, c.uploadBurst), api.WithMaxHeld(c.maxHeld), api.WithTempDir(c.dataDir), api.WithReadiness(p.Ready))
 	if err != nil {
 		return err
 	}
