@@ -131,6 +131,10 @@ type Lease struct {
 	a    *Activator
 	in   *instance
 	once sync.Once
+	// Held is how long the request waited for its slot (0 when it got one at once); Cold is true
+	// when no instance was ready as it arrived (a cold start).
+	Held time.Duration
+	Cold bool
 }
 
 // URL is where the request goes.
@@ -180,6 +184,13 @@ func (a *Activator) function(ns, name string) *function {
 		a.fns[k] = f
 	}
 	return f
+}
+
+// Known reports whether the activator has state for the function.
+func (a *Activator) Known(ns, name string) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.fns[key(ns, name)] != nil
 }
 
 // Forget drops a deleted function's state.
@@ -243,6 +254,7 @@ func (a *Activator) Acquire(ctx context.Context, ns, name string, lim Limits) (*
 		f.mu.Unlock()
 		return nil, ErrThrottled
 	}
+	cold := len(f.ready) == 0
 	w := &waiter{ch: make(chan *instance, 1)}
 	f.waiters = append(f.waiters, w)
 	start := !f.running
@@ -256,7 +268,7 @@ func (a *Activator) Acquire(ctx context.Context, ns, name string, lim Limits) (*
 	}
 	select {
 	case in := <-w.ch:
-		return &Lease{f: f, a: a, in: in}, nil
+		return &Lease{f: f, a: a, in: in, Held: a.now().Sub(now), Cold: cold}, nil
 	case <-ctx.Done():
 		f.mu.Lock()
 		if i := slices.Index(f.waiters, w); i >= 0 {

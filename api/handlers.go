@@ -205,6 +205,7 @@ func (s *Server) deleteFunction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, fmt.Errorf("deleting the invocation records of %s/%s: %w", ns, name, err))
 		return
 	}
+	s.forget(ns, name)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -1,6 +1,10 @@
 package api
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sless-dev/sless/activator"
+)
 
 // metrics are the API's own Prometheus collectors, on a registry of their own (no global state,
 // so several servers can live in one test process).
@@ -10,6 +14,38 @@ type metrics struct {
 	latency      *prometheus.HistogramVec
 	builds       *prometheus.CounterVec
 	buildSeconds prometheus.Histogram
+
+	// Per function (labels namespace, function): bounded by the functions there are (the
+	// tenant's function quota) and deleted with the function (forget).
+	fnRequests    *prometheus.CounterVec
+	fnSeconds     *prometheus.HistogramVec
+	coldStarts    *prometheus.CounterVec
+	coldStartSecs *prometheus.HistogramVec
+}
+
+// forget deletes a function's series.
+func (m *metrics) forget(ns, name string) {
+	l := prometheus.Labels{"namespace": ns, "function": name}
+	m.fnRequests.DeletePartialMatch(l)
+	m.fnSeconds.DeletePartialMatch(l)
+	m.coldStarts.DeletePartialMatch(l)
+	m.coldStartSecs.DeletePartialMatch(l)
+}
+
+// loadCollector reports what the activator holds now: in flight and held per function, read
+// at scrape time, so a forgotten function has no series.
+type loadCollector struct {
+	loads          func() []activator.Load
+	inFlight, held *prometheus.Desc
+}
+
+func (c *loadCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.inFlight; ch <- c.held }
+
+func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, l := range c.loads() {
+		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(l.InFlight), l.Namespace, l.Name)
+		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(l.Held), l.Namespace, l.Name)
+	}
 }
 
 func newMetrics() *metrics {
@@ -30,6 +66,22 @@ func newMetrics() *metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
 	}
+	fn := []string{"namespace", "function"}
+	m.fnRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sless_function_requests_total", Help: "Requests through /fn/ by function and status code.",
+	}, append(fn, "code"))
+	m.fnSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "sless_function_request_duration_seconds", Help: "Duration of requests through /fn/, holding included.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+	}, fn)
+	m.coldStarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sless_function_cold_starts_total", Help: "Requests that arrived when the function had no ready instance.",
+	}, fn)
+	m.coldStartSecs = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "sless_function_cold_start_duration_seconds", Help: "From a cold request's arrival (hold start) to the function's first byte.",
+		Buckets: []float64{.05, .1, .2, .3, .4, .5, .75, 1, 1.5, 2, 3, 5, 10, 30},
+	}, fn)
+	m.reg.MustRegister(m.fnRequests, m.fnSeconds, m.coldStarts, m.coldStartSecs)
 	m.reg.MustRegister(m.requests, m.latency, m.builds, m.buildSeconds,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m

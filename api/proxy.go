@@ -25,6 +25,7 @@ type proxyTarget struct {
 	prefix   string // "/fn/{ns}/{name}"; "" on the function's own host
 	lease    *activator.Lease
 	lim      activator.Limits
+	start    time.Time // the request's arrival
 }
 
 type proxyTargetKey struct{}
@@ -60,6 +61,10 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 		ModifyResponse: func(resp *http.Response) error {
 			t := resp.Request.Context().Value(proxyTargetKey{}).(*proxyTarget)
 			confineResponse(resp.Header, t.prefix)
+			if t.lease != nil && t.lease.Cold {
+				s.metrics.coldStarts.WithLabelValues(t.ns, t.name).Inc()
+				s.metrics.coldStartSecs.WithLabelValues(t.ns, t.name).Observe(time.Since(t.start).Seconds())
+			}
 			return nil
 		},
 		Transport:  &dialRetry{next: s.o.transport, budget: s.o.dialRetry, act: s.act},
@@ -134,6 +139,9 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		err = ErrNotFound // deleted: its last instances may still run while the backend cleans up
 	}
 	if err != nil {
+		if errors.Is(err, ErrNotFound) && s.act.Known(ns, name) {
+			s.forget(ns, name) // deleted other than through this API (kubectl, another replica)
+		}
 		writeError(w, r, notFound("function", name, err))
 		return
 	}
@@ -191,8 +199,16 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, notFound("function", name, err))
 		return
 	}
-	t.lease, t.url = lease, lease.URL()
-	defer func() { t.lease.Release() }()
+	t.lease, t.url, t.start = lease, lease.URL(), start
+	defer func() {
+		t.lease.Release()
+		status := http.StatusOK
+		if rec != nil && rec.status != 0 {
+			status = rec.status
+		}
+		s.metrics.fnRequests.WithLabelValues(ns, name, codeLabel(status)).Inc()
+		s.metrics.fnSeconds.WithLabelValues(ns, name).Observe(time.Since(start).Seconds())
+	}()
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(timeout + 10*time.Second))
 	rc.SetWriteDeadline(time.Now().Add(timeout + 10*time.Second))
@@ -346,4 +362,10 @@ func confineResponse(h http.Header, prefix string) {
 			h.Add("Set-Cookie", v)
 		}
 	}
+}
+
+// forget drops what the API keeps of a deleted function: its activator state and its series.
+func (s *Server) forget(ns, name string) {
+	s.act.Forget(ns, name)
+	s.metrics.forget(ns, name)
 }

@@ -23,6 +23,7 @@ func Run(t *testing.T, b Backend) {
 		{"UploadThrottle", testUploadThrottle},
 		{"ScaleFields", testScaleFields},
 		{"ConcurrencyAndHolding", testConcurrencyAndHolding},
+		{"FunctionMetrics", testFunctionMetrics},
 		{"ErrorEnvelopeEverywhere", testErrorEnvelopeEverywhere},
 		{"FunctionQuota", testFunctionQuota},
 	} {
