@@ -158,12 +158,12 @@ func New(b Backend, opts ...Option) (*Server, error) {
 	if s.view == nil {
 		s.view = &ServingView{Functions: b.Functions, Triggers: b.Triggers}
 	}
-	// A Resolver says nothing when it switches to a new instance: ask it on every request, as
-	// /fn/ always did.
+	// Backends say nothing when they switch to a new instance: the source is asked on every
+	// request (as the Resolver always was; both backends answer from memory).
 	var src activator.Source = resolverSource{b.Resolver}
 	aopts := []activator.Option{activator.WithRefreshInterval(0)}
 	if b.Instances != nil {
-		src, aopts = b.Instances, nil
+		src = b.Instances
 	}
 	if b.Scaler != nil {
 		aopts = append(aopts, activator.WithScaler(b.Scaler))

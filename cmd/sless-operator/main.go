@@ -205,7 +205,9 @@ func run(ctx context.Context, args []string) error {
 	tenant := resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: cfg.tenantPull,
 		DepsEgress: splitList(cfg.egress), IndexProxyPort: cfg.proxyPort(), Quota: cfg.quota}
 	// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
-	backend := kubestore.New(direct, code, tenant, &kubestore.EndpointResolver{Reader: mgr.GetClient()})
+	endpoints := &kubestore.EndpointResolver{Reader: mgr.GetClient()}
+	backend := kubestore.New(direct, code, tenant, endpoints)
+	backend.Instances = endpoints // /fn/ probes pods that are not ready yet itself
 	// New quota values, policies and a rotated pull secret reach the tenants that exist already
 	// (the leader does it once per start; Ensure writes only what differs).
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
@@ -123,6 +124,45 @@ func (r *EndpointResolver) Resolve(ctx context.Context, ns, name string) (*url.U
 	}
 	sort.Strings(ready) // slices come in any order; the rotation should not depend on it
 	return &url.URL{Scheme: "http", Host: ready[r.next.Add(1)%uint64(len(ready))]}, nil
+}
+
+// Instances lists the function's pods behind its Service for /fn/'s activator: ready ones, and
+// those not ready yet that have an address (the activator probes them itself, so a new pod serves
+// as soon as its runtime answers, not a kubelet readiness period later). Terminating pods are not
+// listed: they finish what they have and get nothing new.
+func (r *EndpointResolver) Instances(ctx context.Context, ns, name string) ([]activator.Instance, error) {
+	var l discoveryv1.EndpointSliceList
+	if err := r.Reader.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+		return nil, err
+	}
+	var out []activator.Instance
+	for _, sl := range l.Items {
+		if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
+			continue
+		}
+		port := int32(runspec.Port)
+		for _, p := range sl.Ports {
+			if p.Port != nil && (p.Name == nil || *p.Name == "" || *p.Name == "http") {
+				port = *p.Port
+			}
+		}
+		for _, ep := range sl.Endpoints {
+			if ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {
+				continue
+			}
+			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
+			for _, a := range ep.Addresses {
+				id := a
+				if ep.TargetRef != nil && ep.TargetRef.Name != "" {
+					id = ep.TargetRef.Name
+				}
+				out = append(out, activator.Instance{ID: id, Ready: ready,
+					URL: &url.URL{Scheme: "http", Host: net.JoinHostPort(a, strconv.Itoa(int(port)))}})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
 }
 
 // --- namespaces

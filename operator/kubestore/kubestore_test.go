@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -246,5 +247,42 @@ func TestEndpointResolver(t *testing.T) {
 	}
 	if len(seen) != 2 || seen["10.88.0.9:8080"] != 2 || seen["10.88.0.10:8080"] != 2 {
 		t.Errorf("picked %v, want 10.88.0.9:8080 and 10.88.0.10:8080 in turn", seen)
+	}
+}
+
+// The activator's view: ready pods and pods not ready yet that have an address (probed by /fn/
+// itself), never terminating ones; named by pod.
+func TestEndpointInstances(t *testing.T) {
+	env := kubetest.Start(t)
+	ctx := context.Background()
+	ns := "sless-00000000000000e2"
+	env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	r := &kubestore.EndpointResolver{Reader: env.Client}
+	if l, err := r.Instances(ctx, ns, "fn"); err != nil || len(l) != 0 {
+		t.Fatalf("no endpoints: %v %v", l, err)
+	}
+	yes, no := true, false
+	port := int32(8080)
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "fn-abc", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: "fn"}},
+		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Port: &port}},
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.88.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: &no}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "fn-starting"}},
+			{Addresses: []string{"10.88.0.8"}, Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "fn-going"}},
+			{Addresses: []string{"10.88.0.9"}, Conditions: discoveryv1.EndpointConditions{Ready: &yes}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "fn-ready"}},
+		}}
+	if err := env.Client.Create(ctx, slice); err != nil {
+		t.Fatal(err)
+	}
+	l, err := r.Instances(ctx, ns, "fn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, in := range l {
+		got[in.ID] = fmt.Sprintf("%s %v", in.URL.Host, in.Ready)
+	}
+	want := map[string]string{"fn-starting": "10.88.0.7:8080 false", "fn-ready": "10.88.0.9:8080 true"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("instances %v, want %v", got, want)
 	}
 }
