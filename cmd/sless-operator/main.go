@@ -28,9 +28,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/autoscale"
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/deps"
@@ -71,6 +73,8 @@ type config struct {
 	fnDomain                                     string
 	uploadRate                                   float64
 	uploadBurst, workers, tenantBuilds, maxHeld  int
+	autoscale                                    bool
+	stableWindow, panicWindow                    time.Duration
 	insecure                                     bool
 	codeDir, s3Endpoint, s3Bucket, s3Region      string
 	jwks, pubKey, secretFile                     string
@@ -116,6 +120,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.tenantBuilds, "max-builds-per-namespace", 1, "concurrent in-process builds of one namespace (a build that finds none free waits without holding a worker)")
 	fs.IntVar(&c.workers, "max-concurrent-reconciles", 4, "Functions reconciled at once (builds beyond --max-builds wait without holding one)")
 	fs.Float64Var(&c.uploadRate, "upload-rate", api.DefaultUploadsPerMinute, "code uploads a namespace may make per minute on average (429 throttled beyond; 0 for no limit)")
+	fs.BoolVar(&c.autoscale, "autoscale", true, "scale each function between its min_replicas and max_replicas on its load through /fn/ (false: one instance per function)")
+	fs.DurationVar(&c.stableWindow, "autoscale-stable-window", autoscale.DefaultStableWindow, "the load is averaged over this window to decide replicas")
+	fs.DurationVar(&c.panicWindow, "autoscale-panic-window", autoscale.DefaultPanicWindow, "a load of twice the capacity over this window scales up at once")
 	fs.IntVar(&c.maxHeld, "max-held", api.DefaultMaxHeld, "requests of one function /fn/ holds while every instance is busy or none is ready yet (429 throttled beyond)")
 	fs.IntVar(&c.uploadBurst, "upload-burst", api.DefaultUploadBurst, "code uploads a namespace may make at once above --upload-rate")
 	fs.StringVar(&c.operatorImage, "operator-image", "", "this operator's image (by digest): deps Jobs run its `sless deps push`; empty refuses functions with dependencies")
@@ -192,7 +199,20 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var srv *api.Server // builds are counted on its /metrics
+	var srv *api.Server // builds are counted on its /metrics; the Scaler reads its activator
+	endpoints := &kubestore.EndpointResolver{Reader: mgr.GetClient()}
+	var scaler *controllers.Scaler
+	if cfg.autoscale {
+		decider, err := autoscale.New(autoscale.WithStableWindow(cfg.stableWindow), autoscale.WithPanicWindow(cfg.panicWindow))
+		if err != nil {
+			return err
+		}
+		scaler = controllers.NewScaler(controllers.Scaler{Client: mgr.GetClient(), Instances: endpoints, Decider: decider,
+			Loads: func() []activator.Load { return srv.Activator().Loads() }})
+		if err := mgr.Add(scaler); err != nil {
+			return err
+		}
+	}
 	if err := cfg.setupControllers(mgr, code, func(result string, d time.Duration) { srv.ObserveBuild(result, d) }); err != nil {
 		return err
 	}
@@ -205,9 +225,11 @@ func run(ctx context.Context, args []string) error {
 	tenant := resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: cfg.tenantPull,
 		DepsEgress: splitList(cfg.egress), IndexProxyPort: cfg.proxyPort(), Quota: cfg.quota}
 	// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
-	endpoints := &kubestore.EndpointResolver{Reader: mgr.GetClient()}
 	backend := kubestore.New(direct, code, tenant, endpoints)
 	backend.Instances = endpoints // /fn/ probes pods that are not ready yet itself
+	if scaler != nil {
+		backend.Scaler = scaler // a request with no instance waits while the Scaler starts one
+	}
 	// New quota values, policies and a rotated pull secret reach the tenants that exist already
 	// (the leader does it once per start; Ensure writes only what differs).
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
@@ -382,7 +404,7 @@ func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observ
 	}
 	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Pipeline: pipeline, Code: code, PolicyGate: gate,
 		PublicURL: c.publicURL, Deps: depsCfg, APIReader: mgr.GetAPIReader(), Recorder: recorder, MaxConcurrentReconciles: c.workers,
-		OperatorNamespace: c.operatorNS}).SetupWithManager(mgr); err != nil {
+		OperatorNamespace: c.operatorNS, Autoscale: c.autoscale}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	collector := &controllers.Collector{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Pipeline: pipeline, Namespace: c.operatorNS}

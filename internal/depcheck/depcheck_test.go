@@ -37,7 +37,7 @@ var allowed = map[string][]string{
 	"build":                 {"codestore", "deps", "layers", "oci", "runtimes"},
 	"operator/api/v1alpha1": {"api/apiv1"},
 	"operator/resources":    {"operator/api/v1alpha1", "runspec"},
-	"operator/controllers":  {"api/apiv1", "build", "codestore", "deps", "operator/api/v1alpha1", "operator/resources", "runspec"},
+	"operator/controllers":  {"activator", "api/apiv1", "autoscale", "build", "codestore", "deps", "operator/api/v1alpha1", "operator/resources", "runspec"},
 	"operator/kubestore":    {"activator", "api", "api/apiv1", "codestore", "operator/api/v1alpha1", "operator/resources", "runspec"},
 	"operator/config":       {},
 	"local/state":           {"api", "api/apiv1"},

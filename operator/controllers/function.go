@@ -62,6 +62,10 @@ type FunctionReconciler struct {
 	// that finds no free slot in the Pipeline is requeued rather than waited for, so one tenant's
 	// long builds hold at most its own slots, never every worker.
 	MaxConcurrentReconciles int
+	// Autoscale leaves the replicas of a running function to the Scaler (a new version still
+	// gets at least one); otherwise a function runs one instance (none when its http triggers
+	// are off).
+	Autoscale bool
 	// CleanupTimeout bounds the finalizer's attempts to delete a Function's images (default
 	// DefaultCleanupTimeout); OperatorNamespace holds the record of the ones it gave up on.
 	CleanupTimeout    time.Duration
@@ -151,10 +155,21 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	resources.PolicyGate(&dep.Spec.Template.Spec, r.PolicyGate)
 	live := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: dep.Name, Namespace: dep.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, live, func() error {
-		live.Labels, live.Spec.Replicas, live.Spec.Selector, live.Spec.Strategy = dep.Labels, dep.Spec.Replicas, dep.Spec.Selector, dep.Spec.Strategy
+		newVersion := !equality.Semantic.DeepDerivative(dep.Spec.Template, live.Spec.Template)
+		want := dep.Spec.Replicas
+		if r.Autoscale && replicas > 0 && live.Spec.Replicas != nil {
+			// The Scaler owns the count of a running function; a new version still starts
+			// one instance that must pass its health check before the function is Ready.
+			n := *live.Spec.Replicas
+			if newVersion {
+				n = max(n, 1)
+			}
+			want = &n
+		}
+		live.Labels, live.Spec.Replicas, live.Spec.Selector, live.Spec.Strategy = dep.Labels, want, dep.Spec.Selector, dep.Spec.Strategy
 		live.Spec.ProgressDeadlineSeconds = dep.Spec.ProgressDeadlineSeconds
 		// Only the fields we own: defaults the API server adds to the template stay untouched.
-		if !equality.Semantic.DeepDerivative(dep.Spec.Template, live.Spec.Template) {
+		if newVersion {
 			live.Spec.Template = dep.Spec.Template
 		}
 		return controllerutil.SetControllerReference(&fn, live, r.Scheme)
@@ -171,15 +186,19 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 
 	// What the Deployment reports (the status write follows its changes: Owns).
-	fn.Status.Replicas, fn.Status.DesiredReplicas = live.Status.ReadyReplicas, replicas
+	off, target := replicas == 0, replicas
+	if live.Spec.Replicas != nil && r.Autoscale && !off {
+		target = *live.Spec.Replicas
+	}
+	fn.Status.Replicas, fn.Status.DesiredReplicas = live.Status.ReadyReplicas, target
 	switch {
-	case replicas == 0:
+	case off:
 		fn.MarkReady()
-		fn.Status.Message = "stopped: disabled by its http triggers"
+		fn.Status.Message = msgDisabledByTriggers
 		if before.Image != fn.Status.Image {
 			r.collectImages(ctx, &fn) // nothing runs the earlier versions
 		}
-	case rolledOut(live, replicas):
+	case rolledOut(live, target):
 		fn.MarkReady()
 		if before.Phase != apiv1.PhaseReady || before.Image != fn.Status.Image {
 			r.collectImages(ctx, &fn)
