@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/go-logr/logr"
 	"log/slog"
 	"net"
 	"os"
@@ -171,6 +172,8 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	// The controllers' and the Scaler's own lines go to the same log (they were dropped).
+	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
 	code, err := cfg.codeStore(ctx)
 	if err != nil {
 		return err

@@ -87,6 +87,18 @@ images:
 patches:
   - path: config.yaml
   - path: service.yaml
+  - path: autoscale.yaml
+    target: {kind: Deployment, name: sless-operator}
+YAML
+# Shorter autoscaling windows than production's (60 s / 6 s), so the e2e sees a scale to zero
+# within seconds of its idle timeout (SLESS_AUTOSCALE_STABLE_WINDOW etc. override).
+cat > "$OVERLAY/e2e/autoscale.yaml" <<YAML
+- op: add
+  path: /spec/template/spec/containers/0/args/-
+  value: --autoscale-stable-window=${SLESS_AUTOSCALE_STABLE_WINDOW:-10s}
+- op: add
+  path: /spec/template/spec/containers/0/args/-
+  value: --autoscale-panic-window=${SLESS_AUTOSCALE_PANIC_WINDOW:-2s}
 YAML
 cat > "$OVERLAY/e2e/config.yaml" <<YAML
 apiVersion: v1
@@ -138,6 +150,25 @@ for i in $(seq 1 150); do
   sleep 0.2
 done
 [ $ok -ge 5 ] || die "the API is not reachable at $ENDPOINT"
+# kube-controller-manager's quota controller learns of new resources (the Function CRD) on its
+# discovery resync (every 30 s), and counts them in a quota when the quota changes (or on its
+# 5-minute resync) when its spec changes; until then a quota on count/functions.sless.dev has no
+# status for it and every Function create is refused (the operator changes the quota's spec and
+# back then, as this probe does). Wait until a probe quota is counted.
+kc create namespace sless-quota-probe --dry-run=client -o yaml | kc_apply -f - >/dev/null
+kc -n sless-quota-probe create quota probe --hard=count/functions.sless.dev=1 --dry-run=client -o yaml | kc_apply -f - >/dev/null
+counted() {
+  kc -n sless-quota-probe get quota probe -o json 2>/dev/null |
+    python3 -c 'import json,sys; sys.exit(0 if "count/functions.sless.dev" in json.load(sys.stdin).get("status",{}).get("used",{}) else 1)'
+}
+for i in $(seq 1 90); do
+  counted && break
+  for v in '"0"' null; do kc -n sless-quota-probe patch quota probe --type=merge -p "{\"spec\":{\"hard\":{\"count/recount.sless.dev\":$v}}}" >/dev/null; done
+  sleep 1
+done
+counted || die "the quota controller does not count functions.sless.dev after 90 s"
+log "the quota controller counts functions"
+kc delete namespace sless-quota-probe --wait=false >/dev/null
 cat > "$K1N/sless.env" <<ENV
 SLESS_ENDPOINT=$ENDPOINT
 REGISTRY=$REG

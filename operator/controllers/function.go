@@ -155,13 +155,15 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	resources.PolicyGate(&dep.Spec.Template.Spec, r.PolicyGate)
 	live := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: dep.Name, Namespace: dep.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, live, func() error {
-		newVersion := !equality.Semantic.DeepDerivative(dep.Spec.Template, live.Spec.Template)
+		changed := !equality.Semantic.DeepDerivative(dep.Spec.Template, live.Spec.Template)
 		want := dep.Spec.Replicas
 		if r.Autoscale && replicas > 0 && live.Spec.Replicas != nil {
-			// The Scaler owns the count of a running function; a new version still starts
-			// one instance that must pass its health check before the function is Ready.
+			// The Scaler owns the count of a running function; a new image still starts one
+			// instance that must pass its health check before the function is Ready. (Not
+			// every template difference: defaults the API server adds make some templates
+			// differ on every reconcile, which would undo every scale to zero.)
 			n := *live.Spec.Replicas
-			if newVersion {
+			if c := live.Spec.Template.Spec.Containers; len(c) == 0 || c[0].Image != dep.Spec.Template.Spec.Containers[0].Image {
 				n = max(n, 1)
 			}
 			want = &n
@@ -169,7 +171,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		live.Labels, live.Spec.Replicas, live.Spec.Selector, live.Spec.Strategy = dep.Labels, want, dep.Spec.Selector, dep.Spec.Strategy
 		live.Spec.ProgressDeadlineSeconds = dep.Spec.ProgressDeadlineSeconds
 		// Only the fields we own: defaults the API server adds to the template stay untouched.
-		if newVersion {
+		if changed {
 			live.Spec.Template = dep.Spec.Template
 		}
 		return controllerutil.SetControllerReference(&fn, live, r.Scheme)

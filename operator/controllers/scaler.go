@@ -128,6 +128,7 @@ func (s *Scaler) scale(ctx context.Context, fn *slessv1.Function, load activator
 	s.Decider.Record(key, autoscale.Sample{InFlight: load.InFlight, Held: load.Held})
 	insts, err := s.Instances.Instances(ctx, fn.Namespace, fn.Name)
 	if err != nil {
+		log.FromContext(ctx).Error(err, "listing instances to scale", "function", key)
 		return
 	}
 	active := map[string]activator.InstanceLoad{}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -35,7 +36,7 @@ import (
 // +kubebuilder:rbac:groups=sless.dev,resources=functions;triggers;functionjobs,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges,verbs=get;create;update
+// +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges,verbs=get;create;update;patch
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;create;update
 // Secrets: create and update (a whole object, which returns nothing of the old one), never read.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update
@@ -461,26 +462,35 @@ func (s *functions) Create(ctx context.Context, ns string, in api.FunctionSpec) 
 }
 
 // quotaStatusWait bounds how long a create waits for the quota controller to count a quota it
-// has not seen yet: a namespace ensured a moment ago, or a quota that gained a resource.
-const quotaStatusWait = 15 * time.Second
+// has not seen yet: a namespace ensured a moment ago, a quota that gained a resource, or the
+// Function CRD itself, which kube-controller-manager learns of on its discovery resync (30 s).
+const quotaStatusWait = 45 * time.Second
 
 // createUnderQuota creates obj, waiting while the ResourceQuota admission refuses it only because
-// kube-controller-manager has not yet computed the quota's usage ("status unknown for quota"):
-// nothing is stored meanwhile, and the refusal would be the platform's timing, not the caller's.
+// kube-controller-manager has not computed the quota's usage of a resource ("status unknown for
+// quota"): nothing is stored meanwhile, and the refusal is the platform's timing, not the caller's.
+// The quota controller counts a resource it learnt of later (the Function CRD: its discovery
+// resync runs every 30 s) only when the quota's spec changes or on its full resync (5 min by
+// default), so each wait also changes the spec and back (a limit of 0 on a resource nothing
+// creates), which makes it count again.
 func createUnderQuota(ctx context.Context, c client.Client, obj client.Object) error {
 	deadline := time.Now().Add(quotaStatusWait)
 	wait := 50 * time.Millisecond
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: "sless-quota"}}
 	for {
 		err := c.Create(ctx, obj)
 		if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "status unknown for quota") || time.Now().After(deadline) {
 			return err
+		}
+		for _, v := range []string{`"0"`, `null`} {
+			c.Patch(ctx, quota, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"hard":{"count/recount.sless.dev":`+v+`}}}`)))
 		}
 		select {
 		case <-ctx.Done():
 			return err
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, time.Second)
+		wait = min(2*wait, 2*time.Second)
 	}
 }
 

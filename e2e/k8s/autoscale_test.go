@@ -1,0 +1,83 @@
+package k8s_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sless-dev/sless/api/apiv1"
+)
+
+// Autoscaling on the real cluster: idle → no pod; the first request through /fn/ is held while
+// a pod starts, and answers; 30 concurrent clients scale out with no failed request; idle again →
+// back to zero. (The install shortens the decider's windows: 10 s stable, 2 s panic.)
+func TestAutoscalingOnKubernetes(t *testing.T) {
+	t.Parallel()
+	c := tenant(t, subject("scale"))
+	ctx := context.Background()
+	if _, err := c.CreateFunction(ctx, apiv1.Function{Name: "burst", Runtime: "python3.11", Concurrency: 2, MaxReplicas: 5, IdleTimeoutSec: 5}); err != nil {
+		t.Fatal(err)
+	}
+	f := deploy(t, c, "burst", "python3.11", map[string]string{"handler.py": "import time\n\ndef handle(event):\n    time.sleep(0.1)\n    return 'ok'\n"})
+	ns := c.Namespace()
+	atZero := func() bool {
+		d := deployment(t, ns, "burst")
+		return d != nil && *d.Spec.Replicas == 0 && d.Status.Replicas == 0
+	}
+	waitFor(t, "scaled to zero after the idle timeout", 2*time.Minute, atZero)
+	if got, _ := c.GetFunction(ctx, "burst"); got.Status.Replicas != 0 || got.Status.DesiredReplicas != 0 || got.Status.Phase != apiv1.PhaseReady {
+		t.Errorf("status at zero: %+v", got.Status)
+	}
+
+	start := time.Now()
+	if code, body := get(f.Status.URL); code != 200 || !strings.Contains(body, "ok") {
+		t.Fatalf("the first request at zero: %d %s", code, body)
+	}
+	t.Logf("cold start through /fn/: %v", time.Since(start).Round(time.Millisecond))
+
+	var ok, failed atomic.Int64
+	var firstErr atomic.Value
+	var peak atomic.Int32
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if code, body := get(f.Status.URL); code == 200 {
+					ok.Add(1)
+				} else {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, fmt.Sprintf("%d %s", code, body))
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && peak.Load() < 3 {
+		if d := deployment(t, ns, "burst"); d != nil && d.Status.ReadyReplicas > peak.Load() {
+			peak.Store(d.Status.ReadyReplicas)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("30 clients: %d answered, %d failed (first: %v); up to %d ready pods", ok.Load(), failed.Load(), firstErr.Load(), peak.Load())
+	if failed.Load() != 0 {
+		t.Errorf("%d requests failed under load (first: %v)", failed.Load(), firstErr.Load())
+	}
+	if peak.Load() < 3 {
+		t.Errorf("30 clients at concurrency 2 reached only %d ready pods", peak.Load())
+	}
+	waitFor(t, "back to zero after the load", 2*time.Minute, atZero)
+}
