@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/sless-dev/sless/api/apiv1"
 )
 
@@ -38,6 +41,28 @@ func TestAutoscalingOnKubernetes(t *testing.T) {
 		t.Fatalf("the first request at zero: %d %s", code, body)
 	}
 	t.Logf("cold start through /fn/: %v", time.Since(start).Round(time.Millisecond))
+	// Where the time went (second resolution, as the API server keeps it): the pod's creation
+	// and its conditions, relative to the request.
+	var pods corev1.PodList
+	if err := cluster.Kube.List(ctx, &pods, client.InNamespace(ns)); err == nil {
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			line := fmt.Sprintf("pod %s created %+.0fs", p.Name, p.CreationTimestamp.Sub(start).Seconds())
+			for _, c := range p.Status.Conditions {
+				line += fmt.Sprintf(", %s %+.0fs", c.Type, c.LastTransitionTime.Sub(start).Seconds())
+			}
+			for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+				if r := cs.State.Running; r != nil {
+					line += fmt.Sprintf(", %s running %+.0fs", cs.Name, r.StartedAt.Sub(start).Seconds())
+				} else if tm := cs.State.Terminated; tm != nil {
+					line += fmt.Sprintf(", %s %s %+.0fs..%+.0fs", cs.Name, tm.Reason, tm.StartedAt.Sub(start).Seconds(), tm.FinishedAt.Sub(start).Seconds())
+				}
+			}
+			t.Log(line)
+		}
+	}
 
 	var ok, failed atomic.Int64
 	var firstErr atomic.Value
