@@ -96,35 +96,22 @@ type EndpointResolver struct {
 
 // Resolve returns http://<pod IP>:<port> of a ready endpoint, or *api.NotReadyError.
 func (r *EndpointResolver) Resolve(ctx context.Context, ns, name string) (*url.URL, error) {
-	var l discoveryv1.EndpointSliceList
-	if err := r.Reader.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+	insts, err := r.Instances(ctx, ns, name)
+	if err != nil {
 		return nil, err
 	}
-	var ready []string
-	for _, sl := range l.Items {
-		if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
-			continue
-		}
-		port := int32(runspec.Port)
-		for _, p := range sl.Ports {
-			if p.Port != nil && (p.Name == nil || *p.Name == "" || *p.Name == "http") {
-				port = *p.Port
-			}
-		}
-		for _, ep := range sl.Endpoints {
-			if (ep.Conditions.Ready != nil && !*ep.Conditions.Ready) || (ep.Conditions.Terminating != nil && *ep.Conditions.Terminating) {
-				continue
-			}
-			for _, a := range ep.Addresses {
-				ready = append(ready, net.JoinHostPort(a, strconv.Itoa(int(port))))
-			}
+	var ready []*url.URL
+	for _, i := range insts {
+		if i.Ready {
+			ready = append(ready, i.URL)
 		}
 	}
 	if len(ready) == 0 {
 		return nil, &api.NotReadyError{Reason: "no ready instance"}
 	}
-	sort.Strings(ready) // slices come in any order; the rotation should not depend on it
-	return &url.URL{Scheme: "http", Host: ready[r.next.Add(1)%uint64(len(ready))]}, nil
+	// Slices come in any order; the rotation should not depend on it.
+	sort.Slice(ready, func(i, j int) bool { return ready[i].Host < ready[j].Host })
+	return ready[r.next.Add(1)%uint64(len(ready))], nil
 }
 
 // Instances lists the function's pods behind its Service for /fn/'s activator: ready ones, and
