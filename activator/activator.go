@@ -38,6 +38,9 @@ type Scaler interface {
 type Limits struct {
 	Concurrency int
 	MaxHeld     int
+	// NoStart: nothing can be started for the function now (no version is built), so a request
+	// finding no instance fails at once (ErrNoInstance) instead of waiting.
+	NoStart bool
 }
 
 var (
@@ -58,10 +61,6 @@ func WithScaler(s Scaler) Option { return func(a *Activator) { a.scaler = s } }
 // requests wait (default 20 ms).
 func WithProbeInterval(d time.Duration) Option { return func(a *Activator) { a.probeEvery = d } }
 
-// WithRefreshInterval is how stale the known instances may get while none is waited for
-// (default 1 s): new instances are learnt within it. 0 asks the source on every request.
-func WithRefreshInterval(d time.Duration) Option { return func(a *Activator) { a.refreshEvery = d } }
-
 // WithProbeClient sets the client of health probes (default: 500 ms timeout, no proxy).
 func WithProbeClient(c *http.Client) Option { return func(a *Activator) { a.probe = c } }
 
@@ -74,12 +73,11 @@ const HealthPath = "/health"
 // Activator routes requests to instances within their concurrency, holds those that find no
 // capacity until an instance has it, and counts the load the decider scales by.
 type Activator struct {
-	src          Source
-	scaler       Scaler
-	probe        *http.Client
-	probeEvery   time.Duration
-	refreshEvery time.Duration
-	now          func() time.Time
+	src        Source
+	scaler     Scaler
+	probe      *http.Client
+	probeEvery time.Duration
+	now        func() time.Time
 
 	mu  sync.RWMutex
 	fns map[string]*function
@@ -87,7 +85,7 @@ type Activator struct {
 
 // New makes an Activator on src.
 func New(src Source, opts ...Option) *Activator {
-	a := &Activator{src: src, probeEvery: 20 * time.Millisecond, refreshEvery: time.Second, now: time.Now, fns: map[string]*function{}}
+	a := &Activator{src: src, probeEvery: 20 * time.Millisecond, now: time.Now, fns: map[string]*function{}}
 	for _, o := range opts {
 		o(a)
 	}
@@ -101,15 +99,13 @@ func New(src Source, opts ...Option) *Activator {
 type function struct {
 	ns, name string
 
-	mu         sync.Mutex
-	ready      []*instance // routable, in the order they became ready (load packs onto the first)
-	starting   map[string]*Instance
-	probing    map[string]bool
-	waiters    []*waiter
-	refreshed  time.Time
-	running    bool // a refresh loop runs
-	refreshing bool // a background refresh runs
-	lim        Limits
+	mu       sync.Mutex
+	ready    []*instance // routable, in the order they became ready (load packs onto the first)
+	starting map[string]*Instance
+	probing  map[string]bool
+	waiters  []*waiter
+	running  bool // a refresh loop runs
+	lim      Limits
 }
 
 type instance struct {
@@ -161,7 +157,6 @@ func (l *Lease) Retry() {
 	l.f.mu.Lock()
 	l.in.gone = true
 	l.f.ready = slices.DeleteFunc(l.f.ready, func(i *instance) bool { return i == l.in })
-	l.f.refreshed = time.Time{} // learn the current set on the next acquire
 	l.f.mu.Unlock()
 	l.Release()
 }
@@ -207,46 +202,20 @@ func (a *Activator) Forget(ns, name string) {
 func (a *Activator) Acquire(ctx context.Context, ns, name string, lim Limits) (*Lease, error) {
 	f := a.function(ns, name)
 	now := a.now()
-	if a.refreshEvery == 0 {
-		// The source is asked on every request, before choosing (a backend that says nothing
-		// when it switches instances).
-		if err := a.refresh(ctx, f); err != nil && a.scaler == nil {
-			return nil, err
-		}
+	// The source is asked on every request, before choosing: backends do not say when they
+	// switch instances (a rollout, a scale-down), and both answer from memory.
+	if err := a.refresh(ctx, f); err != nil && a.scaler == nil {
+		return nil, err
 	}
 	f.mu.Lock()
 	f.lim = lim
 	if in := f.pickLocked(); in != nil {
 		in.inFlight++
 		in.lastActive = now
-		if a.refreshEvery > 0 && now.Sub(f.refreshed) >= a.refreshEvery && !f.refreshing {
-			// Learn new and removed instances without making this request wait for it.
-			f.refreshing, f.refreshed = true, now
-			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				defer cancel()
-				a.refresh(ctx, f)
-				f.mu.Lock()
-				f.refreshing = false
-				f.mu.Unlock()
-			}()
-		}
 		f.mu.Unlock()
 		return &Lease{f: f, a: a, in: in}, nil
 	}
-	f.mu.Unlock()
-	// No slot on what is known: read the current set before holding the request.
-	if err := a.refresh(ctx, f); err != nil && a.scaler == nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	if in := f.pickLocked(); in != nil {
-		in.inFlight++
-		in.lastActive = now
-		f.mu.Unlock()
-		return &Lease{f: f, a: a, in: in}, nil
-	}
-	if a.scaler == nil && len(f.ready) == 0 && len(f.starting) == 0 {
+	if (a.scaler == nil || lim.NoStart) && len(f.ready) == 0 && len(f.starting) == 0 {
 		f.mu.Unlock()
 		return nil, ErrNoInstance
 	}
@@ -340,7 +309,6 @@ func (a *Activator) refresh(ctx context.Context, f *function) error {
 	if err != nil {
 		return err
 	}
-	f.refreshed = now
 	listed := make(map[string]bool, len(list))
 	for i := range list {
 		inst := list[i]
@@ -382,7 +350,7 @@ func (f *function) addReadyLocked(inst Instance, now time.Time) {
 	delete(f.starting, inst.ID)
 	for i, in := range f.ready {
 		if in.id == inst.ID {
-			if in.url.String() == inst.URL.String() {
+			if in.url.Scheme == inst.URL.Scheme && in.url.Host == inst.URL.Host {
 				return
 			}
 			// An instance's url never changes once made (leases read it unlocked): a new

@@ -174,6 +174,12 @@ func TestNoInstanceWithoutAScaler(t *testing.T) {
 	if _, err := a.Acquire(context.Background(), "ns", "f", activator.Limits{Concurrency: 1, MaxHeld: 10}); !errors.Is(err, activator.ErrNoInstance) {
 		t.Fatalf("%v", err)
 	}
+	// Nor with one, when nothing can be started (no version built): the request does not wait.
+	sc := &scaler{pokes: make(chan string, 1)}
+	a = activator.New(&source{}, activator.WithScaler(sc))
+	if _, err := a.Acquire(context.Background(), "ns", "f", activator.Limits{Concurrency: 1, MaxHeld: 10, NoStart: true}); !errors.Is(err, activator.ErrNoInstance) {
+		t.Fatalf("NoStart: %v", err)
+	}
 }
 
 // Fewest in flight first; on a tie the instance ready longest, so load packs and others idle.
@@ -181,7 +187,7 @@ func TestLeastLoadedAndRemovedInstances(t *testing.T) {
 	src := &source{}
 	ua, ub := server(t, nil), server(t, nil)
 	src.set(ready("a", ua), ready("b", ub))
-	a := activator.New(src, activator.WithRefreshInterval(time.Hour))
+	a := activator.New(src)
 	ctx := context.Background()
 	lim := activator.Limits{Concurrency: 10, MaxHeld: 10}
 	var got []string
@@ -276,13 +282,13 @@ func TestConcurrencyUnderLoad(t *testing.T) {
 	}
 }
 
-// With a refresh interval of 0 the source is asked on every request: a backend that switches
-// instances without saying so is followed at once.
+// The source is asked on every request: a backend that switches instances without saying so is
+// followed at once.
 func TestRefreshOnEveryRequest(t *testing.T) {
 	src := &source{}
 	ua, ub := server(t, nil), server(t, nil)
 	src.set(ready("a", ua))
-	a := activator.New(src, activator.WithRefreshInterval(0))
+	a := activator.New(src)
 	lim := activator.Limits{Concurrency: 10, MaxHeld: 10}
 	l, _ := a.Acquire(context.Background(), "ns", "f", lim)
 	src.set(ready("b", ub))

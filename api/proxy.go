@@ -173,15 +173,12 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	timeout := time.Duration(orInt(fn.Spec.TimeoutSec, apiv1.DefaultTimeoutSec))*time.Second + time.Second
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	t := &proxyTarget{ns: ns, name: name, path: rest, prefix: prefix,
-		lim: activator.Limits{Concurrency: fn.Spec.WithScaleDefaults().Concurrency, MaxHeld: s.o.maxHeld}}
-	if s.b.Scaler != nil && fn.Status.Image == "" {
-		t.lim.MaxHeld = -1 // nothing to start: no waiting
-	}
+	t := &proxyTarget{ns: ns, name: name, path: rest, prefix: prefix, lim: activator.Limits{
+		Concurrency: fn.Spec.WithScaleDefaults().Concurrency, MaxHeld: s.o.maxHeld, NoStart: fn.Status.Image == ""}}
 	lease, err := s.act.Acquire(ctx, ns, name, t.lim)
 	switch {
 	case err == nil:
-	case errors.Is(err, activator.ErrThrottled) && t.lim.MaxHeld < 0, errors.Is(err, activator.ErrNoInstance):
+	case errors.Is(err, activator.ErrNoInstance):
 		writeError(w, r, notReady())
 		return
 	case errors.Is(err, activator.ErrThrottled):

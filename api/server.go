@@ -158,10 +158,8 @@ func New(b Backend, opts ...Option) (*Server, error) {
 	if s.view == nil {
 		s.view = &ServingView{Functions: b.Functions, Triggers: b.Triggers}
 	}
-	// Backends say nothing when they switch to a new instance: the source is asked on every
-	// request (as the Resolver always was; both backends answer from memory).
 	var src activator.Source = resolverSource{b.Resolver}
-	aopts := []activator.Option{activator.WithRefreshInterval(0)}
+	var aopts []activator.Option
 	if b.Instances != nil {
 		src = b.Instances
 	}

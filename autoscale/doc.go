@@ -4,7 +4,7 @@
 // stopped after idle_timeout_sec. It is written once and used by both backends: the single host's
 // podman controller and the Kubernetes operator.
 //
-// It owns the scale settings (Spec: defaults and ranges), the per-function windows fed by the
+// It owns the scale settings (Spec: defaults and ranges, restating apiv1's), the per-function windows fed by the
 // proxies' counts (Record), and the decision (Decide: how many instances and which idle ones to
 // stop). It does not start or stop anything, does not hold or route requests, does not enforce
 // concurrency (the proxy does), and does not collect counts from the proxy replicas (its caller

@@ -4,28 +4,30 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sless-dev/sless/api/apiv1"
 )
 
-// The ranges and defaults of a function's scale settings (issue 16). The wire names are
-// min_replicas, max_replicas, concurrency and idle_timeout_sec.
+// The ranges and defaults of a function's scale settings: apiv1's, the one source of these rules
+// (the server, the CRD markers and the provider state them from there).
 const (
 	MinReplicasMin     = 0
-	MinReplicasMax     = 100
-	DefaultMinReplicas = 0
+	MinReplicasMax     = apiv1.MaxReplicasLimit
+	DefaultMinReplicas = apiv1.DefaultMinReplicas
 
 	MaxReplicasMin = 1
-	MaxReplicasMax = 100
+	MaxReplicasMax = apiv1.MaxReplicasLimit
 	// DefaultMaxReplicas is the default max_replicas, or min_replicas when that is larger.
-	DefaultMaxReplicas = 10
+	DefaultMaxReplicas = apiv1.DefaultMaxReplicas
 
-	ConcurrencyMin = 1
-	ConcurrencyMax = 1000
+	ConcurrencyMin = apiv1.MinConcurrency
+	ConcurrencyMax = apiv1.MaxConcurrency
 	// DefaultConcurrency is the default hard limit of requests in flight per instance.
-	DefaultConcurrency = 10
+	DefaultConcurrency = apiv1.DefaultConcurrency
 
-	IdleTimeoutMin     = 5 * time.Second
-	IdleTimeoutMax     = 24 * time.Hour
-	DefaultIdleTimeout = 300 * time.Second
+	IdleTimeoutMin     = apiv1.MinIdleTimeoutSec * time.Second
+	IdleTimeoutMax     = apiv1.MaxIdleTimeoutSec * time.Second
+	DefaultIdleTimeout = apiv1.DefaultIdleTimeout * time.Second
 )
 
 // Spec is a function's scale settings. A zero field takes its default (see WithDefaults).

@@ -33,7 +33,7 @@ var allowed = map[string][]string{
 	"runtimes":              {"api/apiv1"},
 	"runspec":               {"api/apiv1"},
 	"codestore":             {},
-	"autoscale":             {}, // the scale decider of both backends: a leaf, standard library only
+	"autoscale":             {"api/apiv1"}, // the scale decider of both backends: apiv1's ranges, else the standard library
 	"build":                 {"codestore", "deps", "layers", "oci", "runtimes"},
 	"operator/api/v1alpha1": {"api/apiv1"},
 	"operator/resources":    {"operator/api/v1alpha1", "runspec"},
