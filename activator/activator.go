@@ -19,6 +19,9 @@ type Instance struct {
 	// Ready is the backend's own verdict (the runner's health wait, the kubelet's readiness).
 	// An instance that is not Ready but has an address is probed by the activator itself.
 	Ready bool
+	// Requested is when the backend decided to start it, if it knows (zero if not): the
+	// "decision" part of a cold request's timing.
+	Requested time.Time
 }
 
 // Source lists a function's instances: ready ones, and those starting. An instance being removed
@@ -101,16 +104,25 @@ type function struct {
 
 	mu       sync.Mutex
 	ready    []*instance // routable, in the order they became ready (load packs onto the first)
-	starting map[string]*Instance
+	starting map[string]*starting
 	probing  map[string]bool
 	waiters  []*waiter
 	running  bool // a refresh loop runs
 	lim      Limits
 }
 
+// starting is an instance listed but not ready yet.
+type starting struct {
+	Instance
+	listed time.Time // first listed with an address (zero while it has none)
+}
+
 type instance struct {
 	id  string
 	url *url.URL // never changes
+	// When the backend asked for it, when the source first listed it with an address and when it
+	// became routable (health check passed or the backend said so): set once, never changed.
+	requested, listed, readyAt time.Time
 
 	inFlight   int
 	lastActive time.Time
@@ -131,6 +143,29 @@ type Lease struct {
 	// when no instance was ready as it arrived (a cold start).
 	Held time.Duration
 	Cold bool
+	// heldAt is when the request began to wait (zero: it never did).
+	heldAt time.Time
+}
+
+// Timing is where a held request's wait went. Zero times are unknown.
+type Timing struct {
+	// HeldAt is when the request began to wait, Granted when it got its slot (it is forwarded
+	// then).
+	HeldAt, Granted time.Time
+	// Of the instance the request was finally sent to: when the backend decided to start it
+	// (Instance.Requested), when the source first listed it with an address, and when it became
+	// routable (its health check passed, or the backend reported it ready). Any may precede
+	// HeldAt (the instance was starting, or was busy, when the request arrived).
+	Requested, Listed, Ready time.Time
+}
+
+// Timing reports the request's wait; ok is false when it was not held.
+func (l *Lease) Timing() (t Timing, ok bool) {
+	if l.heldAt.IsZero() {
+		return Timing{}, false
+	}
+	return Timing{HeldAt: l.heldAt, Granted: l.heldAt.Add(l.Held),
+		Requested: l.in.requested, Listed: l.in.listed, Ready: l.in.readyAt}, true
 }
 
 // URL is where the request goes.
@@ -175,7 +210,7 @@ func (a *Activator) function(ns, name string) *function {
 	defer a.mu.Unlock()
 	f = a.fns[k]
 	if f == nil {
-		f = &function{ns: ns, name: name, starting: map[string]*Instance{}, probing: map[string]bool{}}
+		f = &function{ns: ns, name: name, starting: map[string]*starting{}, probing: map[string]bool{}}
 		a.fns[k] = f
 	}
 	return f
@@ -237,7 +272,7 @@ func (a *Activator) Acquire(ctx context.Context, ns, name string, lim Limits) (*
 	}
 	select {
 	case in := <-w.ch:
-		return &Lease{f: f, a: a, in: in, Held: a.now().Sub(now), Cold: cold}, nil
+		return &Lease{f: f, a: a, in: in, Held: a.now().Sub(now), Cold: cold, heldAt: now}, nil
 	case <-ctx.Done():
 		f.mu.Lock()
 		if i := slices.Index(f.waiters, w); i >= 0 {
@@ -314,13 +349,13 @@ func (a *Activator) refresh(ctx context.Context, f *function) error {
 		inst := list[i]
 		listed[inst.ID] = true
 		if inst.Ready && inst.URL != nil {
-			f.addReadyLocked(inst, now)
+			f.addReadyLocked(inst, f.listedLocked(inst, now), now)
 			continue
 		}
 		if f.isReadyLocked(inst.ID) {
 			continue // probed ready already; the backend's verdict catches up
 		}
-		f.starting[inst.ID] = &inst
+		f.starting[inst.ID] = &starting{Instance: inst, listed: f.listedLocked(inst, now)}
 		if inst.URL != nil && !f.probing[inst.ID] {
 			f.probing[inst.ID] = true
 			go a.probeOnce(f, inst)
@@ -346,7 +381,19 @@ func (f *function) isReadyLocked(id string) bool {
 	return slices.ContainsFunc(f.ready, func(in *instance) bool { return in.id == id })
 }
 
-func (f *function) addReadyLocked(inst Instance, now time.Time) {
+// listedLocked is when inst was first listed with an address (now if this is that time).
+func (f *function) listedLocked(inst Instance, now time.Time) time.Time {
+	if inst.URL == nil {
+		return time.Time{}
+	}
+	if st := f.starting[inst.ID]; st != nil && !st.listed.IsZero() && st.URL != nil &&
+		st.URL.Scheme == inst.URL.Scheme && st.URL.Host == inst.URL.Host {
+		return st.listed
+	}
+	return now
+}
+
+func (f *function) addReadyLocked(inst Instance, listed, now time.Time) {
 	delete(f.starting, inst.ID)
 	for i, in := range f.ready {
 		if in.id == inst.ID {
@@ -356,11 +403,13 @@ func (f *function) addReadyLocked(inst Instance, now time.Time) {
 			// An instance's url never changes once made (leases read it unlocked): a new
 			// address is a new instance; the old one finishes what it has.
 			in.gone = true
-			f.ready[i] = &instance{id: inst.ID, url: inst.URL, lastActive: in.lastActive}
+			f.ready[i] = &instance{id: inst.ID, url: inst.URL, lastActive: in.lastActive,
+				requested: inst.Requested, listed: listed, readyAt: now}
 			return
 		}
 	}
-	f.ready = append(f.ready, &instance{id: inst.ID, url: inst.URL, lastActive: now})
+	f.ready = append(f.ready, &instance{id: inst.ID, url: inst.URL, lastActive: now,
+		requested: inst.Requested, listed: listed, readyAt: now})
 }
 
 // probeOnce asks a starting instance's health endpoint; on 200 it becomes routable at once.
@@ -377,8 +426,9 @@ func (a *Activator) probeOnce(f *function, inst Instance) {
 	delete(f.probing, inst.ID)
 	if ok {
 		if _, still := f.starting[inst.ID]; still {
-			f.addReadyLocked(inst, a.now())
-			f.grantLocked(a.now())
+			now := a.now()
+			f.addReadyLocked(inst, f.listedLocked(inst, now), now)
+			f.grantLocked(now)
 		}
 	}
 }

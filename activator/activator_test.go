@@ -302,3 +302,98 @@ func TestRefreshOnEveryRequest(t *testing.T) {
 		t.Errorf("%+v", ld)
 	}
 }
+
+// A cold request's timing: held, the backend's decision, first listed without and then with an
+// address, healthy, granted — in that order, each when it happened; a request served at once has
+// none.
+func TestColdRequestTiming(t *testing.T) {
+	src := &source{}
+	sc := &scaler{pokes: make(chan string, 10)}
+	a := activator.New(src, activator.WithScaler(sc), activator.WithProbeInterval(5*time.Millisecond))
+	var healthy atomic.Bool
+	u := server(t, &healthy)
+	done := make(chan *activator.Lease)
+	before := time.Now()
+	go func() {
+		l, err := a.Acquire(context.Background(), "ns", "f", activator.Limits{Concurrency: 1, MaxHeld: 10})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- l
+	}()
+	<-sc.pokes
+	requested := time.Now()
+	src.set(activator.Instance{ID: "new", Requested: requested}) // a pod without an address yet
+	time.Sleep(30 * time.Millisecond)
+	listedAfter := time.Now()
+	src.set(activator.Instance{ID: "new", URL: u, Requested: requested})
+	time.Sleep(30 * time.Millisecond)
+	listedBefore := time.Now()
+	healthy.Store(true)
+	l := <-done
+	after := time.Now()
+	tm, ok := l.Timing()
+	if !ok || !l.Cold {
+		t.Fatalf("a cold request reports no timing (%v, cold %v)", ok, l.Cold)
+	}
+	if !tm.Requested.Equal(requested) {
+		t.Errorf("requested %v, want the backend's %v", tm.Requested, requested)
+	}
+	order := []struct {
+		name string
+		at   time.Time
+	}{{"before", before}, {"held", tm.HeldAt}, {"requested", tm.Requested}, {"listed after", listedAfter}, {"listed", tm.Listed},
+		{"listed before", listedBefore}, {"ready", tm.Ready}, {"granted", tm.Granted}, {"after", after}}
+	for i := 1; i < len(order); i++ {
+		if order[i].at.Before(order[i-1].at) {
+			t.Errorf("%s (%v) before %s (%v)", order[i].name, order[i].at, order[i-1].name, order[i-1].at)
+		}
+	}
+	if tm.Granted.Sub(tm.HeldAt) != l.Held {
+		t.Errorf("granted − held = %v, Held %v", tm.Granted.Sub(tm.HeldAt), l.Held)
+	}
+	l.Release()
+	// Warm: no timing.
+	warm, err := a.Acquire(context.Background(), "ns", "f", activator.Limits{Concurrency: 1, MaxHeld: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := warm.Timing(); ok || warm.Cold {
+		t.Errorf("a request served at once reports a timing")
+	}
+	// Held for a busy instance (not cold): a timing whose instance was ready before the hold.
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		warm.Release()
+	}()
+	l, err = a.Acquire(context.Background(), "ns", "f", activator.Limits{Concurrency: 1, MaxHeld: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	tm, ok = l.Timing()
+	if !ok || l.Cold || !tm.Ready.Before(tm.HeldAt) || l.Held < 20*time.Millisecond {
+		t.Errorf("held behind a busy instance: ok %v cold %v ready %v held at %v for %v", ok, l.Cold, tm.Ready, tm.HeldAt, l.Held)
+	}
+}
+
+// A backend that lists an instance ready from the start: listed and ready are the same moment.
+func TestTimingOfAnInstanceListedReady(t *testing.T) {
+	src := &source{}
+	sc := &scaler{pokes: make(chan string, 10)}
+	a := activator.New(src, activator.WithScaler(sc), activator.WithProbeInterval(5*time.Millisecond))
+	u := server(t, nil)
+	done := make(chan *activator.Lease)
+	go func() {
+		l, _ := a.Acquire(context.Background(), "ns", "f", activator.Limits{Concurrency: 1, MaxHeld: 10})
+		done <- l
+	}()
+	<-sc.pokes
+	src.set(ready("r", u))
+	l := <-done
+	defer l.Release()
+	tm, ok := l.Timing()
+	if !ok || tm.Listed.IsZero() || !tm.Listed.Equal(tm.Ready) || !tm.Requested.IsZero() {
+		t.Errorf("timing %+v (ok %v): want listed = ready, requested unknown", tm, ok)
+	}
+}

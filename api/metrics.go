@@ -1,6 +1,9 @@
 package api
 
 import (
+	"context"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sless-dev/sless/activator"
@@ -32,19 +35,55 @@ func (m *metrics) forget(ns, name string) {
 	m.coldStartSecs.DeletePartialMatch(l)
 }
 
-// loadCollector reports what the activator holds now: in flight and held per function, read
-// at scrape time, so a forgotten function has no series.
+// loadCollector reports what the activator holds now, in flight and held per function, and
+// each of those functions' ready and desired instances as /fn/'s serving view has them — all read
+// at scrape time, for the functions the activator knows, so a forgotten function has no series.
 type loadCollector struct {
 	loads          func() []activator.Load
 	inFlight, held *prometheus.Desc
+	// status reads a function from the serving view (nil: no replica gauges).
+	status            func(ctx context.Context, ns, name string) (Function, error)
+	replicas, desired *prometheus.Desc
 }
 
-func (c *loadCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.inFlight; ch <- c.held }
+func newLoadCollector(loads func() []activator.Load, view *ServingView) *loadCollector {
+	fn := []string{"namespace", "function"}
+	c := &loadCollector{loads: loads,
+		inFlight: prometheus.NewDesc("sless_function_in_flight_requests", "Requests a function's instances are serving now, through this API replica.", fn, nil),
+		held:     prometheus.NewDesc("sless_function_held_requests", "Requests of a function waiting for an instance in this API replica.", fn, nil),
+		replicas: prometheus.NewDesc("sless_function_replicas", "A function's instances ready now (its status.replicas).", fn, nil),
+		desired:  prometheus.NewDesc("sless_function_desired_replicas", "The instances the platform is scaling a function to (its status.desired_replicas).", fn, nil),
+	}
+	if view != nil && view.Functions != nil {
+		c.status = view.Functions.Get
+	}
+	return c
+}
+
+func (c *loadCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.inFlight
+	ch <- c.held
+	ch <- c.replicas
+	ch <- c.desired
+}
 
 func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	for _, l := range c.loads() {
 		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(l.InFlight), l.Namespace, l.Name)
 		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(l.Held), l.Namespace, l.Name)
+		if c.status == nil {
+			continue
+		}
+		// The serving view answers from memory (the informer cache; the store otherwise). A
+		// function it no longer has gets no replica series (/fn/ forgets it on its next request).
+		f, err := c.status(ctx, l.Namespace, l.Name)
+		if err != nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.replicas, prometheus.GaugeValue, float64(f.Status.Replicas), l.Namespace, l.Name)
+		ch <- prometheus.MustNewConstMetric(c.desired, prometheus.GaugeValue, float64(f.Status.DesiredReplicas), l.Namespace, l.Name)
 	}
 }
 

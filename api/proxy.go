@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -61,6 +62,14 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 		ModifyResponse: func(resp *http.Response) error {
 			t := resp.Request.Context().Value(proxyTargetKey{}).(*proxyTarget)
 			confineResponse(resp.Header, t.prefix)
+			if len(resp.Header["Server-Timing"]) > 0 {
+				dropPlatformTimings(resp.Header)
+			}
+			if t.lease != nil {
+				if tm, ok := t.lease.Timing(); ok {
+					resp.Header.Add("Server-Timing", serverTiming(tm, t.lease.Cold))
+				}
+			}
 			if t.lease != nil && t.lease.Cold {
 				s.metrics.coldStarts.WithLabelValues(t.ns, t.name).Inc()
 				s.metrics.coldStartSecs.WithLabelValues(t.ns, t.name).Observe(time.Since(t.start).Seconds())
@@ -365,4 +374,85 @@ func confineResponse(h http.Header, prefix string) {
 func (s *Server) forget(ns, name string) {
 	s.act.Forget(ns, name)
 	s.metrics.forget(ns, name)
+}
+
+// PlatformTimingPrefix names the Server-Timing entries /fn/ adds to a response whose request was
+// held; a function's own entries with this prefix are dropped, so they cannot be forged.
+const PlatformTimingPrefix = "sless-"
+
+// serverTiming is the Server-Timing value of a held request (W3C Server Timing): every duration
+// is in milliseconds from the moment the request began to wait —
+//
+//	sless-hold       until it got its slot and was forwarded
+//	sless-decision   until the backend decided to start the instance it went to (cold only; left
+//	                 out when the backend does not say)
+//	sless-start      until that instance was first listed with an address (cold only)
+//	sless-ready      until it passed its health check (cold only)
+//
+// An instance already asked for, listed or ready before the request arrived shows 0 there. A
+// request held only because every ready instance was at its concurrency has sless-hold alone.
+func serverTiming(t activator.Timing, cold bool) string {
+	b := make([]byte, 0, 96)
+	add := func(name string, at time.Time) {
+		if at.IsZero() {
+			return
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, PlatformTimingPrefix...)
+		b = append(b, name...)
+		b = append(b, ";dur="...)
+		b = strconv.AppendFloat(b, max(float64(at.Sub(t.HeldAt).Microseconds())/1000, 0), 'f', 1, 64)
+	}
+	add("hold", t.Granted)
+	if cold {
+		add("decision", t.Requested)
+		add("start", t.Listed)
+		add("ready", t.Ready)
+	}
+	return string(b)
+}
+
+// dropPlatformTimings removes a function's Server-Timing entries named with the platform's prefix
+// and keeps its others.
+func dropPlatformTimings(h http.Header) {
+	var kept []string
+	for _, v := range h["Server-Timing"] {
+		for _, e := range splitHeaderList(v) {
+			name, _, _ := strings.Cut(e, ";")
+			name = strings.TrimSpace(name)
+			if len(name) >= len(PlatformTimingPrefix) && strings.EqualFold(name[:len(PlatformTimingPrefix)], PlatformTimingPrefix) {
+				continue
+			}
+			if e = strings.TrimSpace(e); e != "" {
+				kept = append(kept, e)
+			}
+		}
+	}
+	delete(h, "Server-Timing")
+	if len(kept) > 0 {
+		h["Server-Timing"] = []string{strings.Join(kept, ", ")}
+	}
+}
+
+// splitHeaderList splits a comma-separated header value, leaving commas inside quoted strings
+// (with their backslash escapes) alone.
+func splitHeaderList(v string) []string {
+	var out []string
+	quoted, escaped, from := false, false, 0
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case escaped:
+			escaped = false
+		case quoted && c == '\\':
+			escaped = true
+		case c == '"':
+			quoted = !quoted
+		case c == ',' && !quoted:
+			out = append(out, v[from:i])
+			from = i + 1
+		}
+	}
+	return append(out, v[from:])
 }

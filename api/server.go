@@ -167,10 +167,7 @@ func New(b Backend, opts ...Option) (*Server, error) {
 		aopts = append(aopts, activator.WithScaler(b.Scaler))
 	}
 	s.act = activator.New(src, aopts...)
-	fnLabels := []string{"namespace", "function"}
-	s.metrics.reg.MustRegister(&loadCollector{loads: s.act.Loads,
-		inFlight: prometheus.NewDesc("sless_function_in_flight_requests", "Requests a function's instances are serving now, through this API replica.", fnLabels, nil),
-		held:     prometheus.NewDesc("sless_function_held_requests", "Requests of a function waiting for an instance in this API replica.", fnLabels, nil)})
+	s.metrics.reg.MustRegister(newLoadCollector(s.act.Loads, s.view))
 	s.proxy = s.newProxy()
 	s.router = s.routes()
 	// /fn/ is the hot path: it skips the router's regexp matching of every /v1 route.
