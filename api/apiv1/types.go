@@ -64,6 +64,9 @@ type FunctionStatus struct {
 	// both always present (0 at zero).
 	Replicas        int `json:"replicas"`
 	DesiredReplicas int `json:"desired_replicas"`
+	// ScaleLimited: the platform cannot start the instances it is scaling to (the tenant's quota
+	// is used up; Message names it). /fn/ then does not hold a request no instance can take.
+	ScaleLimited bool `json:"scale_limited,omitempty"`
 }
 
 // BuildInfo describes the last build.

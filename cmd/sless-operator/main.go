@@ -29,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
@@ -85,6 +84,7 @@ type config struct {
 	builds                                       int
 	operatorImage, pipIndex, npmRegistry, egress string
 	indexProxy                                   string
+	loadsListen, loadsService                    string
 	indexHosts                                   []string
 	policyGate                                   bool
 	runtimes                                     runtimeFlags
@@ -124,6 +124,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.autoscale, "autoscale", true, "scale each function between its min_replicas and max_replicas on its load through /fn/ (false: one instance per function)")
 	fs.DurationVar(&c.stableWindow, "autoscale-stable-window", autoscale.DefaultStableWindow, "the load is averaged over this window to decide replicas")
 	fs.DurationVar(&c.panicWindow, "autoscale-panic-window", autoscale.DefaultPanicWindow, "a load of twice the capacity over this window scales up at once")
+	fs.StringVar(&c.loadsListen, "loads-listen", ":9090", "serve this replica's /fn/ load to the autoscaler on this internal address (port \"loads\" of the --loads-service Service, which routes nothing public); empty: none")
+	fs.StringVar(&c.loadsService, "loads-service", "sless-api-loads", "the Service in --operator-namespace whose EndpointSlices list the /fn/ replicas the autoscaler reads (port \"loads\"; it must carry the label app.kubernetes.io/managed-by=sless-operator)")
 	fs.IntVar(&c.maxHeld, "max-held", api.DefaultMaxHeld, "requests of one function /fn/ holds while every instance is busy or none is ready yet (429 throttled beyond)")
 	fs.IntVar(&c.uploadBurst, "upload-burst", api.DefaultUploadBurst, "code uploads a namespace may make at once above --upload-rate")
 	fs.StringVar(&c.operatorImage, "operator-image", "", "this operator's image (by digest): deps Jobs run its `sless deps push`; empty refuses functions with dependencies")
@@ -210,8 +212,10 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
+		// The load of every /fn/ replica, this process's included, read over HTTP: one code path
+		// for one replica or many.
 		scaler = controllers.NewScaler(controllers.Scaler{Client: mgr.GetClient(), Instances: endpoints, Decider: decider,
-			Loads: func() []activator.Load { return srv.Activator().Loads() }})
+			Loads: &controllers.LoadScraper{Reader: mgr.GetClient(), Namespace: cfg.operatorNS, Service: cfg.loadsService}})
 		if err := mgr.Add(scaler); err != nil {
 			return err
 		}
@@ -231,7 +235,10 @@ func run(ctx context.Context, args []string) error {
 	backend := kubestore.New(direct, code, tenant, endpoints)
 	backend.Instances = endpoints // /fn/ probes pods that are not ready yet itself
 	if scaler != nil {
-		backend.Scaler = scaler // a request with no instance waits while the Scaler starts one
+		// A request with no instance waits while the Scaler starts one: in this process, poked
+		// directly. (An API without the controllers gives its activator an api.Pokes instead and
+		// serves it with LoadsHandler: the Scaler polls every replica for pokes.)
+		backend.Scaler = scaler
 	}
 	// New quota values, policies and a rotated pull secret reach the tenants that exist already
 	// (the leader does it once per start; Ensure writes only what differs).
@@ -255,9 +262,21 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- mgr.Start(ctx) }()
 	go func() { errc <- api.Serve(ctx, api.NewHTTPServer("", srv.Handler(), logger), ln, 10*time.Second) }()
+	if cfg.loadsListen != "" {
+		// Internal only: the autoscaler reads every replica's load here every second.
+		lln, err := net.Listen("tcp", cfg.loadsListen)
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := api.Serve(ctx, api.NewHTTPServer("", srv.LoadsHandler(nil), logger), lln, time.Second); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("serving the loads: %w", err)
+			}
+		}()
+	}
 	fmt.Fprintf(os.Stderr, "sless-operator: API and /fn/ on %s\n", ln.Addr())
 	err = <-errc
 	if ctx.Err() != nil {

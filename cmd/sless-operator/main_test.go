@@ -81,7 +81,7 @@ func TestOperatorBinary(t *testing.T) {
 	listen := testenv.FreeAddr(t)
 	cmd := exec.Command(bin, "--listen", listen, "--public-url", "http://"+listen, "--registry", reg, "--code-dir", filepath.Join(dir, "code"),
 		"--hs256-secret-file", filepath.Join(dir, "secret"), "--runtime", "python3.11="+ref.Context().Digest(d.String()).String(),
-		"--registry-auth-dir", keysDir)
+		"--registry-auth-dir", keysDir, "--loads-listen", testenv.FreeAddr(t))
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig(t))
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs

@@ -193,6 +193,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		target = *live.Spec.Replicas
 	}
 	fn.Status.Replicas, fn.Status.DesiredReplicas = live.Status.ReadyReplicas, target
+	quota, quotaMsg := quotaLimit(live)
 	switch {
 	case off:
 		fn.MarkReady()
@@ -205,6 +206,10 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		if before.Phase != apiv1.PhaseReady || before.Image != fn.Status.Image {
 			r.collectImages(ctx, &fn)
 		}
+	case quota != "":
+		// Not a failure of the function, nor of its new version: it runs what the quota allows,
+		// and gets the rest when pods of the namespace go (the Deployment's change brings us
+		// back). Its message is set below.
 	case stalled(live) != "":
 		// Not terminal: the Deployment keeps trying, and its recovery brings us back (Owns).
 		fn.MarkFailed("StartFailed", fmt.Sprintf("the new version did not become ready within %d s: %s", resources.ProgressDeadline, stalled(live)))
@@ -213,7 +218,30 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 	}
 	// Otherwise the rollout goes on; the Deployment's status change brings us back (Owns).
+	if quota != "" {
+		fn.MarkScaleLimited("QuotaExceeded", fmt.Sprintf("scale-up stopped at %d of %d replicas by the tenant quota %q: %s",
+			live.Status.Replicas, target, quota, quotaMsg))
+	} else {
+		fn.ClearScaleLimited()
+	}
 	return ctrl.Result{}, r.writeStatus(ctx, &fn, before)
+}
+
+// quotaLimit is the ResourceQuota that keeps the Deployment from creating pods and the ReplicaSet
+// controller's message (the Deployment controller copies its ReplicaSets' ReplicaFailure
+// condition), or "" when no quota does.
+func quotaLimit(d *appsv1.Deployment) (quota, msg string) {
+	for _, c := range d.Status.Conditions {
+		if c.Type != appsv1.DeploymentReplicaFailure || c.Status != corev1.ConditionTrue || c.Reason != "FailedCreate" {
+			continue
+		}
+		// `pods "x" is forbidden: exceeded quota: sless-quota, requested: pods=1, used: …`
+		if _, rest, ok := strings.Cut(c.Message, "exceeded quota: "); ok {
+			quota, _, _ = strings.Cut(rest, ",")
+			return cmp.Or(strings.TrimSpace(quota), "?"), c.Message
+		}
+	}
+	return "", ""
 }
 
 func buildRequest(fn *slessv1.Function) build.Request {

@@ -24,23 +24,47 @@ import (
 // first when a Deployment scales down (the lowest cost goes first).
 const podDeletionCost = "controller.kubernetes.io/pod-deletion-cost"
 
+// AnnotationScaledAt is the annotation the Scaler stamps on a Deployment, in the same patch as
+// its replicas, when it scales it up: the decision's time (RFC 3339, nanoseconds). It is not in
+// the pod template, so it starts no rollout; it splits a cold start into decision and pod start.
+const AnnotationScaledAt = "sless.dev/scaled-at"
+
 // Scaler sets each running Function's Deployment replicas from its load, with the decider both
 // backends share (autoscale): every Tick, and at once when /fn/ holds a request (Poke). It is the
 // only writer of the replicas of a running function (FunctionReconciler.Autoscale), runs on the
 // leader, and does not use the HPA (which cannot scale to zero and syncs every 15 s).
 //
-// The load comes from the activator of /fn/ in this process (Loads); with more API replicas,
-// Loads must sum theirs.
+// The load is every /fn/ replica's, summed (Loads, a LoadScraper in the operator). A /fn/ in this
+// process pokes through Poke; one in another process holds its pokes for the LoadScraper, which
+// polls every replica for them (WatchPokes) when Loads can.
 type Scaler struct {
 	Client    client.Client
 	Instances activator.Source
-	Loads     func() []activator.Load
+	Loads     LoadReader
 	Decider   *autoscale.Decider
 	// Tick is how often every function is looked at (default 1 s).
 	Tick time.Duration
+	// Now replaces time.Now (tests; give the Decider the same clock).
+	Now func() time.Time
 
 	pokes chan types.NamespacedName
+	// busy is when each function's instances were last seen busy, by this Scaler (only its loop
+	// touches it): a replica whose load is no longer known must not make them look idle.
+	busy map[string]map[string]time.Time
 }
+
+// LoadReader reads the load of every function, summed over the /fn/ replicas. An error means it
+// knows none of them: the Scaler then decides nothing.
+type LoadReader interface {
+	Loads(ctx context.Context) (Loads, error)
+}
+
+// pokeWatcher is a LoadReader that also hears of requests held in other processes.
+type pokeWatcher interface {
+	WatchPokes(ctx context.Context, poke func(ns, name string))
+}
+
+var _ pokeWatcher = (*LoadScraper)(nil)
 
 // Poke asks for a look at ns/name now (a request waits for an instance). It never blocks.
 func (s *Scaler) Poke(ns, name string) {
@@ -60,11 +84,22 @@ func (s *Scaler) pokeCh() chan types.NamespacedName {
 // NewScaler makes a Scaler ready for Poke before it starts.
 func NewScaler(s Scaler) *Scaler {
 	s.pokes = make(chan types.NamespacedName, 64)
+	s.busy = map[string]map[string]time.Time{}
 	return &s
+}
+
+func (s *Scaler) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
 }
 
 // Start scales until ctx ends (a manager.Runnable that needs the leader).
 func (s *Scaler) Start(ctx context.Context) error {
+	if w, ok := s.Loads.(pokeWatcher); ok {
+		go w.WatchPokes(ctx, s.Poke)
+	}
 	t := time.NewTicker(cmp.Or(s.Tick, time.Second))
 	defer t.Stop()
 	for {
@@ -72,19 +107,35 @@ func (s *Scaler) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case k := <-s.pokes:
-			s.scaleOne(ctx, k)
+			// Every poke pending is served by one read of the loads.
+			keys := map[types.NamespacedName]bool{k: true}
+			for more := true; more; {
+				select {
+				case k := <-s.pokes:
+					keys[k] = true
+				default:
+					more = false
+				}
+			}
+			s.scaleSome(ctx, keys)
 		case <-t.C:
 			s.scaleAll(ctx)
 		}
 	}
 }
 
-func (s *Scaler) loads() map[types.NamespacedName]activator.Load {
+// loads reads the loads by function; ok is false when they are unknown (nothing may be decided).
+func (s *Scaler) loads(ctx context.Context) (map[types.NamespacedName]activator.Load, bool, bool) {
+	ls, err := s.Loads.Loads(ctx)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "reading the load of /fn/: scaling nothing")
+		return nil, false, false
+	}
 	out := map[types.NamespacedName]activator.Load{}
-	for _, l := range s.Loads() {
+	for _, l := range ls.Functions {
 		out[types.NamespacedName{Namespace: l.Namespace, Name: l.Name}] = l
 	}
-	return out
+	return out, ls.Partial, true
 }
 
 func (s *Scaler) scaleAll(ctx context.Context) {
@@ -93,29 +144,46 @@ func (s *Scaler) scaleAll(ctx context.Context) {
 		log.FromContext(ctx).Error(err, "listing functions to scale")
 		return
 	}
-	loads := s.loads()
+	loads, partial, ok := s.loads(ctx)
+	if !ok {
+		return
+	}
+	live := map[string]bool{}
 	for i := range fns.Items {
 		fn := &fns.Items[i]
 		k := types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}
-		s.scale(ctx, fn, loads[k])
+		live[k.String()] = true
+		s.scale(ctx, fn, loads[k], partial)
+	}
+	for key := range s.busy {
+		if !live[key] {
+			delete(s.busy, key)
+		}
 	}
 }
 
-func (s *Scaler) scaleOne(ctx context.Context, k types.NamespacedName) {
-	var fn slessv1.Function
-	if err := s.Client.Get(ctx, k, &fn); err != nil {
+func (s *Scaler) scaleSome(ctx context.Context, keys map[types.NamespacedName]bool) {
+	loads, partial, ok := s.loads(ctx)
+	if !ok {
 		return
 	}
-	s.scale(ctx, &fn, s.loads()[k])
+	for k := range keys {
+		var fn slessv1.Function
+		if err := s.Client.Get(ctx, k, &fn); err != nil {
+			continue
+		}
+		s.scale(ctx, &fn, loads[k], partial)
+	}
 }
 
 // scale decides one function's replicas and applies them. Functions not running (no image, being
 // deleted, or switched off by their triggers: replicas 0 set by the FunctionReconciler) are left
-// to the reconciler.
-func (s *Scaler) scale(ctx context.Context, fn *slessv1.Function, load activator.Load) {
+// to the reconciler. With partial loads nothing is scaled down.
+func (s *Scaler) scale(ctx context.Context, fn *slessv1.Function, load activator.Load, partial bool) {
 	key := fn.Namespace + "/" + fn.Name
 	if !fn.DeletionTimestamp.IsZero() {
 		s.Decider.Forget(key)
+		delete(s.busy, key)
 		return
 	}
 	if fn.Status.Image == "" || fn.Status.Message == msgDisabledByTriggers {
@@ -137,17 +205,32 @@ func (s *Scaler) scale(ctx context.Context, fn *slessv1.Function, load activator
 	}
 	in := autoscale.Input{Held: load.Held, Spec: autoscale.Spec{MinReplicas: int(fn.Spec.MinReplicas), MaxReplicas: int(fn.Spec.MaxReplicas),
 		Concurrency: int(fn.Spec.Concurrency), IdleTimeout: time.Duration(fn.Spec.IdleTimeoutSec) * time.Second}.WithDefaults()}
+	now := s.now()
+	seen, busy := s.busy[key], map[string]time.Time{}
 	for _, i := range insts {
 		il, known := active[i.ID]
 		if !i.Ready && !known {
 			continue // starting
 		}
-		in.Ready = append(in.Ready, autoscale.Instance{ID: i.ID, InFlight: il.InFlight, LastActive: il.LastActive})
+		// The latest of: what the replicas report, now if it serves requests, and when this
+		// Scaler last saw it busy (the replica that reported that may be gone since).
+		last := il.LastActive
+		if il.InFlight > 0 {
+			last = now
+		}
+		if t := seen[i.ID]; t.After(last) {
+			last = t
+		}
+		if !last.IsZero() {
+			busy[i.ID] = last
+		}
+		in.Ready = append(in.Ready, autoscale.Instance{ID: i.ID, InFlight: il.InFlight, LastActive: last})
 	}
+	s.busy[key] = busy // instances no longer listed are gone
 	current := int(*dep.Spec.Replicas)
 	in.Starting = max(0, current-len(in.Ready))
 	d := s.Decider.Decide(key, in)
-	if d.Desired == current {
+	if d.Desired == current || (partial && d.Desired < current) {
 		return
 	}
 	// The pods to stop go first: the ReplicaSet controller removes the cheapest.
@@ -161,6 +244,12 @@ func (s *Scaler) scale(ctx context.Context, fn *slessv1.Function, load activator
 	n := int32(d.Desired)
 	orig := dep.DeepCopy()
 	dep.Spec.Replicas = &n
+	if d.Desired > current {
+		if dep.Annotations == nil {
+			dep.Annotations = map[string]string{}
+		}
+		dep.Annotations[AnnotationScaledAt] = now.UTC().Format(time.RFC3339Nano)
+	}
 	if err := s.Client.Patch(ctx, &dep, client.MergeFrom(orig)); err != nil {
 		log.FromContext(ctx).Error(err, "scaling", "function", key, "replicas", n)
 		return

@@ -388,7 +388,8 @@ func functionSpec(f *slessv1.Function) api.FunctionSpec {
 
 func toFunction(f *slessv1.Function) api.Function {
 	s := f.Status
-	st := apiv1.FunctionStatus{Phase: s.Phase, Image: s.Image, Message: s.Message, Replicas: int(s.Replicas), DesiredReplicas: int(s.DesiredReplicas)}
+	st := apiv1.FunctionStatus{Phase: s.Phase, Image: s.Image, Message: s.Message, Replicas: int(s.Replicas), DesiredReplicas: int(s.DesiredReplicas),
+		ScaleLimited: s.IsScaleLimited()}
 	if s.LastBuiltAt != nil {
 		t := s.LastBuiltAt.Time
 		st.LastBuiltAt = &t

@@ -13,6 +13,9 @@ const (
 	FunctionBuilt = "Built"
 	// FunctionReady: the current image serves.
 	FunctionReady = "Ready"
+	// FunctionScaleLimited: the Deployment cannot get the pods it is scaled to (the tenant's
+	// quota is used up; reason QuotaExceeded). Absent when nothing stops it.
+	FunctionScaleLimited = "ScaleLimited"
 )
 
 func (s *FunctionStatus) set(t string, st metav1.ConditionStatus, reason, msg string, gen int64) {
@@ -59,4 +62,24 @@ func (f *Function) MarkFailed(reason, msg string) {
 func (f *Function) MarkPending(msg string) {
 	f.Status.Phase, f.Status.Message = apiv1.PhasePending, msg
 	f.Status.set(FunctionReady, metav1.ConditionFalse, "Pending", msg, f.Generation)
+}
+
+// MarkScaleLimited: the Deployment cannot get the pods it is scaled to; msg (also the status
+// message) says what stops it.
+func (f *Function) MarkScaleLimited(reason, msg string) {
+	f.Status.Message = msg
+	f.Status.set(FunctionScaleLimited, metav1.ConditionTrue, reason, msg, f.Generation)
+}
+
+// ClearScaleLimited: nothing stops the Deployment's pods now; the message goes with the condition.
+func (f *Function) ClearScaleLimited() {
+	if c := meta.FindStatusCondition(f.Status.Conditions, FunctionScaleLimited); c != nil && c.Message == f.Status.Message {
+		f.Status.Message = ""
+	}
+	meta.RemoveStatusCondition(&f.Status.Conditions, FunctionScaleLimited)
+}
+
+// IsScaleLimited reports whether the Deployment cannot get the pods it is scaled to.
+func (s *FunctionStatus) IsScaleLimited() bool {
+	return meta.IsStatusConditionTrue(s.Conditions, FunctionScaleLimited)
 }

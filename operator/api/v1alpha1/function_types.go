@@ -110,7 +110,7 @@ type FunctionStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Built, Ready.
+	// Conditions: Built, Ready, and ScaleLimited while the tenant's quota stops a scale-up.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
