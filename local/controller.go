@@ -28,6 +28,7 @@ type controller struct {
 	queue    workqueue.TypedRateLimitingInterface[key]
 	pipeline *build.Pipeline
 	sched    *scheduler
+	scaler   *autoscaler
 	wg       sync.WaitGroup
 	// runs tracks job, cron and container-stopping goroutines that outlive a reconcile.
 	runs sync.WaitGroup
@@ -123,8 +124,9 @@ func (c *controller) start(ctx context.Context, pipeline *build.Pipeline) error 
 	if err := c.recover(ctx); err != nil {
 		return err
 	}
-	c.wg.Add(3)
+	c.wg.Add(4)
 	go func() { defer c.wg.Done(); c.sched.run(ctx) }()
+	go func() { defer c.wg.Done(); c.scaler.run(ctx) }()
 	go func() {
 		defer c.wg.Done()
 		t := time.NewTicker(collectEvery)

@@ -139,6 +139,7 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 	grace := runspec.GraceSec(spec.TimeoutSec) + 3
 	if off, names := runspec.DisabledBy(api.WireTriggers(triggers), spec.Name); off {
 		p.run.Stop(ctx, ns, spec.Name, "", grace)
+		c.scaler.forget(ns, spec.Name)
 		return setStatus(func(s *apiv1.FunctionStatus) {
 			s.Phase, s.Message = apiv1.PhaseReady, "stopped: disabled by trigger "+strings.Join(names, ", ")
 			s.Replicas, s.DesiredReplicas = 0, 0
@@ -148,29 +149,59 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 	if err != nil {
 		return err
 	}
-	if !p.run.Current(ctx, f) {
+	version := p.run.ContainerName(f)
+	b, err := p.db.Build(ns, spec.Name)
+	if err != nil {
+		return err
+	}
+	switch {
+	case p.run.Serving(ns, spec.Name) == version:
+		// Serving: the autoscaler owns the count; containers that died are replaced by it.
+		p.run.Prune(ctx, ns, spec.Name)
+	case b.Started == version:
+		// Started before (this is a restart of sless up, or the version's instances were all
+		// stopped): it serves from zero, and the autoscaler starts what the load or min_replicas
+		// ask for.
+		p.run.Switch(f, nil)
+		c.stopOthers(ctx, ns, spec.Name, version, grace)
+	default:
+		// A new version starts one instance that answers its health check before it serves.
 		inst, err := p.run.Serve(ctx, f)
 		if err != nil {
-			// The previous container, if any, keeps serving; the start is retried with backoff.
+			// The previous version, if any, keeps serving; the start is retried with backoff.
 			if serr := setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseFailed, err.Error() }); serr != nil {
 				return serr
 			}
 			return fmt.Errorf("starting %s/%s: %w", ns, spec.Name, err)
 		}
-		p.run.Switch(ns, spec.Name, inst) // new requests go to the new container from here on
+		p.run.Switch(f, inst) // new requests go to the new version from here on
+		b.Started = version
+		if err := p.db.PutBuild(ns, spec.Name, b); err != nil {
+			return err
+		}
 		c.collectImages(ctx, ns, spec.Name, image)
-		// The old container gets SIGTERM and finishes what it is serving (up to the function's
-		// timeout); Ready does not wait for it.
-		c.runs.Add(1)
-		go func() {
-			defer c.runs.Done()
-			p.run.Stop(context.WithoutCancel(ctx), ns, spec.Name, inst.Name, grace)
-		}()
+		c.stopOthers(ctx, ns, spec.Name, version, grace)
 	}
+	c.scaler.poke(ns, spec.Name) // scale the version to what its load and min_replicas ask for
+	ready, starting := p.run.Scale(ns, spec.Name)
 	return setStatus(func(s *apiv1.FunctionStatus) {
-		s.Phase, s.Message, s.Image = apiv1.PhaseReady, "", image
-		s.Replicas, s.DesiredReplicas = 1, 1 // one instance per function until the autoscaler (issue 16)
+		s.Phase, s.Image = apiv1.PhaseReady, image
+		if s.Message != "" && !strings.HasPrefix(s.Message, scaleMessagePrefix) {
+			s.Message = ""
+		}
+		s.Replicas, s.DesiredReplicas = ready, max(s.DesiredReplicas, ready+starting)
 	})
+}
+
+// stopOthers stops, in the background, the function's containers of versions other than version:
+// each gets SIGTERM and finishes what it is serving (up to the function's timeout); Ready does not
+// wait for it.
+func (c *controller) stopOthers(ctx context.Context, ns, name, version string, grace int) {
+	c.runs.Add(1)
+	go func() {
+		defer c.runs.Done()
+		c.p.run.Stop(context.WithoutCancel(ctx), ns, name, version, grace)
+	}()
 }
 
 // collectImages deletes the function's earlier images from the registry once image serves
@@ -226,6 +257,7 @@ func (c *controller) collectDeps(ctx context.Context) error {
 func (c *controller) cleanupFunction(ctx context.Context, ns, name string) error {
 	p := c.p
 	p.run.Stop(ctx, ns, name, "", 5)
+	c.scaler.forget(ns, name)
 	b, err := p.db.Build(ns, name)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -18,8 +19,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/autoscale"
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/deps"
@@ -67,6 +70,10 @@ type Config struct {
 	Progress io.Writer
 	// Quota caps each namespace (tenant) on this host; a zero field: no cap.
 	Quota Quota
+	// Autoscale changes the decider's windows (autoscale.WithStableWindow, WithPanicWindow);
+	// AutoscaleTick is how often every function is looked at (default 1 s).
+	Autoscale     []autoscale.Option
+	AutoscaleTick time.Duration
 }
 
 // Quota is what one namespace may have on this host at once, as a tenant's ResourceQuota bounds
@@ -134,6 +141,9 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	p := &Platform{cfg: cfg, instance: instanceID(cfg.DataDir), log: cfg.Logger}
 	p.readyErr.Store("installing runtime images")
 	p.ctrl = newController(p)
+	if p.ctrl.scaler, err = newAutoscaler(p.ctrl, cfg.Autoscale, cmp.Or(cfg.AutoscaleTick, time.Second)); err != nil {
+		return nil, err
+	}
 	if p.db, err = state.Open(filepath.Join(cfg.DataDir, "state.db"), p.ctrl.changed); err != nil {
 		return nil, err
 	}
@@ -190,8 +200,12 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 // Backend is what the API serves from.
 func (p *Platform) Backend() api.Backend {
 	return api.Backend{Namespaces: &namespaces{Namespaces: p.db.Namespaces, p: p}, Functions: p.db.Functions, Triggers: p.db.Triggers,
-		Jobs: p.db.Jobs, Invocations: p.db.Invocations, Code: p.code, Resolver: p.run}
+		Jobs: p.db.Jobs, Invocations: p.db.Invocations, Code: p.code, Resolver: p.run, Instances: p.run, Scaler: p.ctrl.scaler}
 }
+
+// UseLoads gives the autoscaler what /fn/'s activator sees (api.Server.Activator().Loads): the
+// requests in flight and held per function and instance.
+func (p *Platform) UseLoads(loads func() []activator.Load) { p.ctrl.scaler.setLoads(loads) }
 
 // RegistryAddr is the embedded registry's host:port.
 func (p *Platform) RegistryAddr() string { return p.reg.Addr() }

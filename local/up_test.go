@@ -37,9 +37,9 @@ type up struct {
 	dataDir string
 }
 
-func startUp(t *testing.T, dataDir, listen, regAddr string) *up {
+func startUp(t *testing.T, dataDir, listen, regAddr string, extra ...string) *up {
 	t.Helper()
-	s := testenv.StartSlessUp(t, dataDir, listen, regAddr)
+	s := testenv.StartSlessUp(t, dataDir, listen, regAddr, extra...)
 	return &up{SlessUp: s, c: s.Client, token: s.Token, url: s.URL, dataDir: dataDir}
 }
 

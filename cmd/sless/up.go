@@ -22,6 +22,7 @@ import (
 
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/autoscale"
 	"github.com/sless-dev/sless/local"
 	"github.com/sless-dev/sless/local/runtimeimages"
 )
@@ -56,6 +57,7 @@ type upConfig struct {
 	subnet                                                                   netip.Prefix
 	indexHosts                                                               []string
 	quota                                                                    local.Quota
+	stableWindow, panicWindow                                                time.Duration
 }
 
 // Per-tenant caps of sless up by default: the operator's (--tenant-quota-functions 100,
@@ -81,6 +83,8 @@ func parseUpFlags(args []string, stderr io.Writer) (*upConfig, error) {
 	fs.Float64Var(&c.uploadRate, "upload-rate", api.DefaultUploadsPerMinute, "code uploads a namespace may make per minute on average (429 throttled beyond; 0 for no limit)")
 	fs.IntVar(&c.maxHeld, "max-held", api.DefaultMaxHeld, "requests of one function /fn/ holds while every instance is busy or none is ready yet (429 throttled beyond)")
 	fs.IntVar(&c.uploadBurst, "upload-burst", api.DefaultUploadBurst, "code uploads a namespace may make at once above --upload-rate")
+	fs.DurationVar(&c.stableWindow, "autoscale-stable-window", autoscale.DefaultStableWindow, "the load is averaged over this window to decide each function's instances")
+	fs.DurationVar(&c.panicWindow, "autoscale-panic-window", autoscale.DefaultPanicWindow, "a load of twice the capacity over this window scales up at once")
 	fs.StringVar(&c.podmanRoot, "podman-root", filepath.Join(defaultCacheDir(), "podman"), "podman storage (shared, so base layers are pulled once)")
 	fs.StringVar(&c.basesDir, "bases-dir", filepath.Join(defaultCacheDir(), "bases"), "language base image layouts (hack/build-bases.sh)")
 	fs.StringVar(&c.basesScript, "bases-script", "hack/build-bases.sh", "script that builds missing bases ('' to never build)")
@@ -180,6 +184,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	p, err := local.Open(ctx, local.Config{DataDir: c.dataDir, RegistryListen: c.regListen, PodmanRoot: c.podmanRoot,
 		BasesDir: c.basesDir, Clock: clock, Logger: logger, Progress: stderr,
 		PipIndexURL: c.pipIndex, NPMRegistry: c.npmRegistry, DepsCAFile: c.depsCA, Subnet: c.subnet, IndexHosts: c.indexHosts, Quota: c.quota,
+		Autoscale:    []autoscale.Option{autoscale.WithStableWindow(c.stableWindow), autoscale.WithPanicWindow(c.panicWindow)},
 		ObserveBuild: func(result string, d time.Duration) { srv.ObserveBuild(result, d) }})
 	if err != nil {
 		return err
@@ -190,6 +195,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	p.UseLoads(srv.Activator().Loads)
 	var handler http.Handler = srv.Handler()
 	if manual != nil {
 		handler = clockHandler(manual, p, handler)

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/local/podman"
 	"github.com/sless-dev/sless/runspec"
@@ -40,8 +41,20 @@ var legacyLabels = map[string]string{
 type Instance struct {
 	Name string
 	URL  *url.URL
+	// Requested is when the scaler asked for it (zero: the version's first, or adopted).
+	Requested time.Time
 	// stale: an earlier version's container (adoptPrevious), served until its replacement is up.
 	stale bool
+}
+
+// pool is what /fn/ routes one function to: the instances of one version (ContainerName), ready
+// ones and those still starting. Instance 0 of a version is the container named ContainerName,
+// instance k > 0 is ContainerName-k.
+type pool struct {
+	version  string
+	fn       Function
+	ready    []*Instance
+	starting map[string]*Instance // started or being started; URL nil until it has an address
 }
 
 // Runner runs this sless up's containers.
@@ -51,8 +64,11 @@ type Runner struct {
 	dataDir  string
 	network  string
 
-	mu     sync.RWMutex
-	routes map[string]*Instance // "ns/name" -> serving container
+	mu    sync.RWMutex
+	pools map[string]*pool // "ns/name" -> its serving version's instances
+	// stopping is the containers drained and not yet removed: their names are not reused until
+	// they are gone (the removal deletes the name's private variables).
+	stopping map[string]bool
 
 	ledger *ledger // what each namespace's containers take, against its Limits
 }
@@ -60,36 +76,241 @@ type Runner struct {
 // New runs containers with pm on network (the instance's own: local/network), labelled with
 // instance; job results go under dataDir.
 func New(pm *podman.Client, instance, dataDir, network string) *Runner {
-	r := &Runner{pm: pm, instance: instance, dataDir: dataDir, network: network, routes: map[string]*Instance{}}
+	r := &Runner{pm: pm, instance: instance, dataDir: dataDir, network: network, pools: map[string]*pool{}, stopping: map[string]bool{}}
 	r.ledger = newLedger(r.running)
 	return r
 }
 
-var _ api.Resolver = (*Runner)(nil)
+var (
+	_ api.Resolver     = (*Runner)(nil)
+	_ activator.Source = (*Runner)(nil)
+)
 
-// Resolve routes /fn/ to the function's healthy container.
+// Resolve routes to one of the function's ready containers.
 func (r *Runner) Resolve(_ context.Context, ns, name string) (*url.URL, error) {
 	r.mu.RLock()
-	inst := r.routes[ns+"/"+name]
-	r.mu.RUnlock()
-	if inst == nil {
-		return nil, &api.NotReadyError{Reason: fmt.Sprintf("function %q has no running instance yet", name)}
+	defer r.mu.RUnlock()
+	if p := r.pools[ns+"/"+name]; p != nil && len(p.ready) > 0 {
+		return p.ready[0].URL, nil
 	}
-	return inst.URL, nil
+	return nil, &api.NotReadyError{Reason: fmt.Sprintf("function %q has no running instance yet", name)}
 }
 
-// Route is the container /fn/ sends ns/name's requests to (nil: none).
+// Instances lists the function's ready containers and, not ready, those starting that have an
+// address (the activator probes them itself and forwards as soon as one answers). A container
+// being stopped is not listed.
+func (r *Runner) Instances(_ context.Context, ns, name string) ([]activator.Instance, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	p := r.pools[ns+"/"+name]
+	if p == nil {
+		return nil, nil
+	}
+	out := make([]activator.Instance, 0, len(p.ready)+len(p.starting))
+	for _, in := range p.ready {
+		out = append(out, activator.Instance{ID: in.Name, URL: in.URL, Ready: true, Requested: in.Requested})
+	}
+	for _, in := range p.starting {
+		if in.URL != nil {
+			out = append(out, activator.Instance{ID: in.Name, URL: in.URL, Requested: in.Requested})
+		}
+	}
+	return out, nil
+}
+
+// Route is a container /fn/ sends ns/name's requests to (nil: none).
 func (r *Runner) Route(ns, name string) *Instance {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.routes[ns+"/"+name]
+	if p := r.pools[ns+"/"+name]; p != nil && len(p.ready) > 0 {
+		return p.ready[0]
+	}
+	return nil
 }
 
-// Switch makes inst the container of ns/name: new requests go there from now on.
-func (r *Runner) Switch(ns, name string, inst *Instance) {
+// Switch makes f's version the one ns/name serves, with inst (nil: none yet, the scaler starts
+// them) as its one ready instance: new requests go there from now on. The earlier version's
+// containers are no longer routed to (Stop removes them).
+func (r *Runner) Switch(f Function, inst *Instance) {
+	p := &pool{version: r.ContainerName(f), fn: f, starting: map[string]*Instance{}}
+	if inst != nil {
+		p.ready = []*Instance{inst}
+	}
 	r.mu.Lock()
-	r.routes[ns+"/"+name] = inst
+	r.pools[f.Namespace+"/"+f.Name] = p
 	r.mu.Unlock()
+}
+
+// Serving is the version (ContainerName) ns/name serves, "" if none or an earlier sless up's
+// container (adoptPrevious).
+func (r *Runner) Serving(ns, name string) string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	p := r.pools[ns+"/"+name]
+	if p == nil || (len(p.ready) == 1 && p.ready[0].stale) {
+		return ""
+	}
+	return p.version
+}
+
+// Scale is how many instances ns/name has: ready and starting.
+func (r *Runner) Scale(ns, name string) (ready, starting int) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if p := r.pools[ns+"/"+name]; p != nil {
+		return len(p.ready), len(p.starting)
+	}
+	return 0, 0
+}
+
+// ReadyNames are the names of ns/name's ready containers.
+func (r *Runner) ReadyNames(ns, name string) []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	p := r.pools[ns+"/"+name]
+	if p == nil {
+		return nil
+	}
+	names := make([]string, len(p.ready))
+	for i, in := range p.ready {
+		names[i] = in.Name
+	}
+	return names
+}
+
+// Serves lists the functions ("ns/name") that have a serving version.
+func (r *Runner) Serves() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	keys := make([]string, 0, len(r.pools))
+	for k := range r.pools {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// instanceName is container k of a version.
+func instanceName(version string, k int) string {
+	if k == 0 {
+		return version
+	}
+	return version + "-" + strconv.Itoa(k)
+}
+
+// ofVersion reports whether container name is one of version's instances.
+func ofVersion(name, version string) bool {
+	if name == version {
+		return true
+	}
+	rest, ok := strings.CutPrefix(name, version+"-")
+	if !ok || rest == "" {
+		return false
+	}
+	k, err := strconv.Atoi(rest)
+	return err == nil && k > 0 && strconv.Itoa(k) == rest
+}
+
+// StartInstance starts one more container of ns/name's serving version and waits for its health
+// check (BeginInstance, then what it returns).
+func (r *Runner) StartInstance(ctx context.Context, ns, name string, requested time.Time) error {
+	start, err := r.BeginInstance(ns, name, requested)
+	if err != nil {
+		return err
+	}
+	return start(ctx)
+}
+
+// BeginInstance counts one more container of ns/name's serving version as starting, at once (so a
+// decision taken meanwhile sees it), and returns what starts it: it runs the container and waits
+// for its health check, listed as starting meanwhile (the activator may send it requests as soon
+// as it answers) and as ready after. requested is when it was asked for. An error leaves nothing
+// behind: a *QuotaError when the namespace's memory limit has no room.
+func (r *Runner) BeginInstance(ns, name string, requested time.Time) (func(context.Context) error, error) {
+	key := ns + "/" + name
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.pools[key]
+	if p == nil {
+		return nil, fmt.Errorf("%s has no version to start", key)
+	}
+	used := map[string]bool{}
+	for _, in := range p.ready {
+		used[in.Name] = true
+	}
+	for n := range p.starting {
+		used[n] = true
+	}
+	k := 0
+	for used[instanceName(p.version, k)] || r.stopping[instanceName(p.version, k)] {
+		k++
+	}
+	cname := instanceName(p.version, k)
+	inst := &Instance{Name: cname, Requested: requested}
+	p.starting[cname] = inst
+	f := p.fn
+	return func(ctx context.Context) error {
+		err := r.start(ctx, f, cname, func(u *url.URL) {
+			r.mu.Lock()
+			inst.URL = u
+			r.mu.Unlock()
+		})
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(p.starting, cname)
+		if err != nil {
+			return err
+		}
+		if r.pools[key] != p {
+			// Switched or stopped meanwhile: this container belongs to nothing now.
+			go r.remove(context.WithoutCancel(ctx), cname, 5)
+			return fmt.Errorf("%s changed version while an instance started", key)
+		}
+		p.ready = append(p.ready, inst)
+		return nil
+	}, nil
+}
+
+// Drain stops routing to ns/name's container id: /fn/ sends it no new request from now on.
+func (r *Runner) Drain(ns, name, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.pools[ns+"/"+name]; p != nil {
+		p.ready = slices.DeleteFunc(p.ready, func(in *Instance) bool { return in.Name == id })
+	}
+	r.stopping[id] = true
+}
+
+// StopInstance drains ns/name's container id and removes it, giving it grace seconds to finish
+// the requests it has.
+func (r *Runner) StopInstance(ctx context.Context, ns, name, id string, grace int) error {
+	r.Drain(ns, name, id)
+	return r.remove(ctx, id, grace)
+}
+
+// Prune forgets ns/name's ready containers that no longer run (crashed, removed by hand), so the
+// scaler replaces them; it reports how many went.
+func (r *Runner) Prune(ctx context.Context, ns, name string) int {
+	r.mu.RLock()
+	var names []string
+	if p := r.pools[ns+"/"+name]; p != nil {
+		for _, in := range p.ready {
+			if !in.stale {
+				names = append(names, in.Name)
+			}
+		}
+	}
+	r.mu.RUnlock()
+	gone := 0
+	for _, n := range names {
+		// Only a container podman says is not running, or does not know: a failing podman call
+		// must not take a serving one away.
+		if st, err := r.pm.State(ctx, n); (err == nil && st == "running") || (err != nil && !strings.Contains(err.Error(), "no such")) {
+			continue
+		}
+		gone++
+		r.StopInstance(ctx, ns, name, n, 0)
+	}
+	return gone
 }
 
 // Container is one of this instance's containers, its labels in runspec's vocabulary whatever
@@ -204,6 +425,9 @@ func (r *Runner) environment(container string, hostID int, vars []runspec.EnvVar
 func (r *Runner) remove(ctx context.Context, name string, grace int) error {
 	err := r.clear(ctx, name, grace)
 	r.ledger.release(name)
+	r.mu.Lock()
+	delete(r.stopping, name)
+	r.mu.Unlock()
 	return err
 }
 
@@ -233,63 +457,87 @@ func (r *Runner) Remove(ctx context.Context, name string, grace int) error {
 	return r.remove(ctx, name, grace)
 }
 
-// Serve runs (or adopts) the function's container and waits until its health check answers. It
-// does not switch /fn/ to it (Switch does).
+// Serve runs (or adopts) instance 0 of the function's version and waits until its health check
+// answers: a new version must start and pass it before it serves. It does not switch /fn/ to it
+// (Switch does).
 func (r *Runner) Serve(ctx context.Context, f Function) (*Instance, error) {
 	cname := r.ContainerName(f)
-	bk := booking{ns: f.Namespace, fn: f.Name, role: runspec.RoleFunction, mb: f.MemoryMB}
 	if cs, err := r.List(ctx); err == nil {
 		if inst := r.adopt(ctx, cs, cname); inst != nil {
-			r.ledger.note(cname, bk)
+			r.ledger.note(cname, booking{ns: f.Namespace, fn: f.Name, role: runspec.RoleFunction, mb: f.MemoryMB})
 			return inst, nil
 		}
 	}
+	var inst *Instance
+	err := r.start(ctx, f, cname, func(u *url.URL) { inst = &Instance{Name: cname, URL: u} })
+	return inst, err
+}
+
+// start runs container cname of f, calls addressed with its address as soon as it has one, and
+// waits for its health check. An error leaves nothing behind.
+func (r *Runner) start(ctx context.Context, f Function, cname string, addressed func(*url.URL)) error {
+	bk := booking{ns: f.Namespace, fn: f.Name, role: runspec.RoleFunction, mb: f.MemoryMB}
 	r.clear(ctx, cname, 5) // a stopped leftover of the same name, or one on another network
 	if err := r.ledger.reserve(ctx, cname, bk, false); err != nil {
-		return nil, err
+		return err
 	}
 	labels := map[string]string{runspec.LabelInstance: r.instance, runspec.LabelNamespace: f.Namespace, runspec.LabelFunction: f.Name,
 		runspec.LabelPort: strconv.Itoa(runspec.Port), runspec.LabelRole: string(runspec.RoleFunction), labelMemory: strconv.Itoa(f.MemoryMB)}
 	env, volume, err := r.environment(cname, f.hostID(), runspec.Env(f.instance()))
 	if err != nil {
 		r.ledger.release(cname)
-		return nil, err
+		return err
 	}
 	if _, err := r.pm.Start(ctx, podman.Spec{Name: cname, Image: f.Image, Labels: labels, Env: env, Volumes: []string{volume},
 		Detach: true, MemoryMB: f.MemoryMB, Confined: true, Network: r.network, IDBase: f.IDBase}); err != nil {
 		os.RemoveAll(r.envDir(cname))
 		r.ledger.release(cname)
-		return nil, fmt.Errorf("starting the container: %w", err)
+		return fmt.Errorf("starting the container: %w", err)
 	}
 	r.ledger.started(cname)
 	inst, err := r.instanceOf(ctx, cname, runspec.Port)
 	if err == nil {
+		addressed(inst.URL)
 		err = r.waitHealthy(ctx, inst)
 	}
 	if err != nil {
 		stdout, stderr := r.pm.Logs(ctx, cname, 20)
 		r.remove(context.WithoutCancel(ctx), cname, 5)
-		return nil, fmt.Errorf("%v; last output:\n%s", err, strings.TrimSpace(podman.LastLines(stderr+stdout, 15)))
+		return fmt.Errorf("%v; last output:\n%s", err, strings.TrimSpace(podman.LastLines(stderr+stdout, 15)))
 	}
-	return inst, nil
+	return nil
 }
 
-// Adopt routes /fn/ to each function's running container that answers its health check (after a
-// restart of sless up, before the platform reports ready): the one of its name, else one an
-// earlier version started (adoptPrevious). One listing of the containers serves them all.
+// Adopt routes /fn/ to each function's running containers that answer their health check (after
+// a restart of sless up, before the platform reports ready): every instance of its version, so a
+// scaled-out function keeps its scale, else one an earlier version started (adoptPrevious). One
+// listing of the containers serves them all.
 func (r *Runner) Adopt(ctx context.Context, fs []Function) {
 	cs, err := r.List(ctx)
 	if err != nil {
 		return
 	}
 	for _, f := range fs {
-		inst := r.adopt(ctx, cs, r.ContainerName(f))
-		if inst == nil {
-			inst = r.adoptPrevious(ctx, cs, f)
+		version := r.ContainerName(f)
+		var insts []*Instance
+		for _, c := range cs {
+			if ofVersion(c.Name, version) {
+				if inst := r.adopt(ctx, cs, c.Name); inst != nil {
+					insts = append(insts, inst)
+				}
+			}
 		}
-		if inst != nil {
-			r.Switch(f.Namespace, f.Name, inst)
+		if len(insts) == 0 {
+			if inst := r.adoptPrevious(ctx, cs, f); inst != nil {
+				r.Switch(f, inst)
+			}
+			continue
 		}
+		r.Switch(f, insts[0])
+		r.mu.Lock()
+		p := r.pools[f.Namespace+"/"+f.Name]
+		p.ready = append(p.ready, insts[1:]...)
+		r.mu.Unlock()
 	}
 }
 
@@ -334,16 +582,6 @@ func (r *Runner) adoptPrevious(ctx context.Context, cs []Container, f Function) 
 		return inst
 	}
 	return nil
-}
-
-// Current reports whether f's container is the one /fn/ routes to and still runs.
-func (r *Runner) Current(ctx context.Context, f Function) bool {
-	cur := r.Route(f.Namespace, f.Name)
-	if cur == nil || cur.stale || cur.Name != r.ContainerName(f) {
-		return false
-	}
-	st, err := r.pm.State(ctx, cur.Name)
-	return err == nil && st == "running"
 }
 
 // adopt takes over a running container of this name (after a restart of sless up). A running
@@ -412,17 +650,17 @@ func (r *Runner) waitHealthy(ctx context.Context, inst *Instance) error {
 	return errors.New("the function did not answer its health check within 60 s")
 }
 
-// Stop removes ns/name's function containers except keep (and the route, if it pointed at one),
-// giving each grace seconds to finish its requests.
+// Stop removes ns/name's function containers except the instances of version keep ("": all,
+// and /fn/ routes to none), giving each grace seconds to finish its requests.
 func (r *Runner) Stop(ctx context.Context, ns, name, keep string, grace int) {
 	r.mu.Lock()
-	if cur := r.routes[ns+"/"+name]; cur != nil && cur.Name != keep {
-		delete(r.routes, ns+"/"+name)
+	if p := r.pools[ns+"/"+name]; p != nil && p.version != keep {
+		delete(r.pools, ns+"/"+name)
 	}
 	r.mu.Unlock()
 	r.RemoveWhere(ctx, grace, func(c Container) bool {
 		return c.Labels[runspec.LabelRole] == string(runspec.RoleFunction) && c.Labels[runspec.LabelNamespace] == ns &&
-			c.Labels[runspec.LabelFunction] == name && c.Name != keep
+			c.Labels[runspec.LabelFunction] == name && (keep == "" || !ofVersion(c.Name, keep))
 	})
 }
 

@@ -292,6 +292,27 @@ func (s *Store[S, St]) Update(_ context.Context, ns, name string, fn func(*S) er
 // newer generation, so the object still shows Pending: no guard is needed against a stale write.
 // It returns api.ErrNotFound for a deleted object and writes nothing when nothing changed.
 func (s *Store[S, St]) UpdateStatus(ns, name string, observed int64, fn func(*St)) error {
+	// Most calls change nothing (the autoscaler writes its counts every tick): a read transaction
+	// finds out without the write transaction's fsync, which waits for the disk.
+	unchanged := false
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(s.bucket).Get(key(ns, name))
+		if v == nil {
+			return fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+		}
+		r, err := decode[S, St](key(ns, name), v)
+		if err != nil {
+			return err
+		}
+		before, _ := decode[S, St](key(ns, name), v) // a copy that shares no pointer with r
+		fn(&r.Status)
+		r.ObservedGeneration = max(r.ObservedGeneration, observed)
+		unchanged = reflect.DeepEqual(before, r)
+		return nil
+	})
+	if err != nil || unchanged {
+		return err
+	}
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(s.bucket)
 		v := b.Get(key(ns, name))
@@ -393,6 +414,10 @@ type Build struct {
 	FailedKey string `json:"failed_key,omitempty"`
 	// Images lists every image pushed for the function, so its deletion removes them all.
 	Images []string `json:"images,omitempty"`
+	// Started is the version (runner.ContainerName: image and run configuration) that last passed
+	// its health check: it serves from zero instances on demand, while a new one must first start
+	// one instance that answers.
+	Started string `json:"started,omitempty"`
 	// Legacy and LegacyFailed are the build identities of an earlier sless up
 	// ("code|runtime|entrypoint|runtime image"), kept by the migration until the controller has
 	// matched them to a Key (so an upgrade rebuilds nothing).
