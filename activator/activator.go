@@ -44,6 +44,10 @@ type Limits struct {
 	// NoStart: nothing can be started for the function now (no version is built), so a request
 	// finding no instance fails at once (ErrNoInstance) instead of waiting.
 	NoStart bool
+	// ScaleLimited: the backend cannot start more instances now (the tenant's quota), so a
+	// request that finds none ready or starting is refused at once (ErrThrottled) instead of
+	// held for one that will not come.
+	ScaleLimited bool
 }
 
 var (
@@ -254,7 +258,7 @@ func (a *Activator) Acquire(ctx context.Context, ns, name string, lim Limits) (*
 		f.mu.Unlock()
 		return nil, ErrNoInstance
 	}
-	if len(f.waiters) >= max(lim.MaxHeld, 0) {
+	if len(f.waiters) >= max(lim.MaxHeld, 0) || (lim.ScaleLimited && len(f.ready) == 0 && len(f.starting) == 0) {
 		f.mu.Unlock()
 		return nil, ErrThrottled
 	}

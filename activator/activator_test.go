@@ -397,3 +397,34 @@ func TestTimingOfAnInstanceListedReady(t *testing.T) {
 		t.Errorf("timing %+v (ok %v): want listed = ready, requested unknown", tm, ok)
 	}
 }
+
+// A function whose scale-up the tenant's quota stops: with no instance at all a request is refused
+// at once (429 at /fn/) rather than held for one that will not come; with a busy instance it is
+// held as usual (the instance frees up).
+func TestScaleLimited(t *testing.T) {
+	sc := &scaler{pokes: make(chan string, 8)}
+	src := &source{}
+	a := activator.New(src, activator.WithScaler(sc))
+	lim := activator.Limits{Concurrency: 1, MaxHeld: 10, ScaleLimited: true}
+	if _, err := a.Acquire(context.Background(), "ns", "f", lim); !errors.Is(err, activator.ErrThrottled) {
+		t.Fatalf("no instance and scale-up stopped: %v, want ErrThrottled", err)
+	}
+	src.set(ready("a", server(t, nil)))
+	first, err := a.Acquire(context.Background(), "ns", "f", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		l, err := a.Acquire(context.Background(), "ns", "f", lim)
+		if err == nil {
+			l.Release()
+		}
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the second request is held behind the first
+	first.Release()
+	if err := <-done; err != nil {
+		t.Errorf("held behind a busy instance while scale-limited: %v", err)
+	}
+}

@@ -183,12 +183,17 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	t := &proxyTarget{ns: ns, name: name, path: rest, prefix: prefix, lim: activator.Limits{
-		Concurrency: fn.Spec.WithScaleDefaults().Concurrency, MaxHeld: s.o.maxHeld, NoStart: fn.Status.Image == ""}}
+		Concurrency: fn.Spec.WithScaleDefaults().Concurrency, MaxHeld: s.o.maxHeld, NoStart: fn.Status.Image == "",
+		ScaleLimited: fn.Status.ScaleLimited}}
 	lease, err := s.act.Acquire(ctx, ns, name, t.lim)
 	switch {
 	case err == nil:
 	case errors.Is(err, activator.ErrNoInstance):
 		writeError(w, r, notReady())
+		return
+	case errors.Is(err, activator.ErrThrottled) && t.lim.ScaleLimited:
+		w.Header().Set("Retry-After", "5")
+		writeError(w, r, apiv1.Errorf(apiv1.CodeThrottled, "function %q has no free instance and cannot start one: %s", name, fn.Status.Message))
 		return
 	case errors.Is(err, activator.ErrThrottled):
 		w.Header().Set("Retry-After", "1")

@@ -21,7 +21,8 @@ import (
 func TestAutoscaleUp(t *testing.T) {
 	podman := testenv.NewPodman(t)
 	dataDir := t.TempDir()
-	flags := []string{"--autoscale-stable-window", "6s", "--autoscale-panic-window", "2s"}
+	// 512 MiB: four instances of 128 MiB; the fifth is refused by the quota.
+	flags := []string{"--autoscale-stable-window", "6s", "--autoscale-panic-window", "2s", "--tenant-quota-memory", "512Mi"}
 	u := startUp(t, dataDir, "", "", flags...)
 	listen, regAddr := u.Listen, u.RegAddr
 	outer := t
@@ -125,9 +126,13 @@ func TestAutoscaleUp(t *testing.T) {
 			}()
 		}
 		deadline := time.Now().Add(12 * time.Second)
+		var limited apiv1.FunctionStatus
 		for time.Now().Before(deadline) {
 			if n := len(running("sleeper")); n > peak {
 				peak = n
+			}
+			if s := status("sleeper"); s.ScaleLimited {
+				limited = s
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -136,12 +141,15 @@ func TestAutoscaleUp(t *testing.T) {
 		wg.Wait()
 		t.Logf("40 clients for 12 s: %d ok, %d failed, peak %d containers, %d at the end", ok.Load(), failed.Load(), peak, len(scaled))
 		if failed.Load() != 0 {
-			t.Errorf("%d requests failed: %v\n%s", failed.Load(), codes[:min(len(codes), 10)], u.logTail())
+			t.Errorf("%d requests failed: %v\n%s", failed.Load(), codes[:min(len(codes), 10)], u.LogWithout(`"msg":"request"`))
 		}
-		if peak < 3 || peak > 5 {
-			t.Errorf("peak %d containers, want 3–5 (concurrency 2, max_replicas 5)", peak)
+		if peak < 3 || peak > 4 {
+			t.Errorf("peak %d containers, want 3–4 (concurrency 2, max_replicas 5, memory for 4)", peak)
 		}
-		if s := status("sleeper"); s.DesiredReplicas < 3 || s.DesiredReplicas > 5 {
+		if !limited.ScaleLimited || !strings.Contains(limited.Message, "--tenant-quota-memory") || !strings.Contains(limited.Message, "scale-up stopped at 4") {
+			t.Errorf("the quota stopped the fifth instance; status under load: %+v", limited)
+		}
+		if s := status("sleeper"); s.DesiredReplicas < 3 || s.DesiredReplicas > 5 || s.Replicas < 3 {
 			t.Errorf("status under load %+v", s)
 		}
 	})
@@ -153,6 +161,9 @@ func TestAutoscaleUp(t *testing.T) {
 		u.stop()
 		u = startUp(outer, dataDir, listen, regAddr, flags...)
 		waitFor(t, 10*time.Second, func() bool { return status("sleeper").Replicas == len(scaled) }, "the adopted instances in status")
+		if t.Failed() {
+			t.Log(u.LogWithout(`"msg":"request"`))
+		}
 		now := running("sleeper")
 		for name, id := range scaled {
 			if now[name] != id {
@@ -166,7 +177,7 @@ func TestAutoscaleUp(t *testing.T) {
 
 	t.Run("back to min_replicas after the idle timeout", func(t *testing.T) {
 		waitFor(t, 40*time.Second, func() bool { return len(running("sleeper")) == 0 }, "zero containers after the load")
-		waitFor(t, 3*time.Second, func() bool { return status("sleeper").Replicas == 0 }, "status.replicas 0")
+		waitFor(t, 3*time.Second, func() bool { s := status("sleeper"); return s.Replicas == 0 && !s.ScaleLimited }, "status.replicas 0, no longer limited")
 	})
 
 	t.Run("hold queue full is 429 throttled", func(t *testing.T) {
@@ -225,6 +236,32 @@ func TestAutoscaleUp(t *testing.T) {
 		}
 		if n := len(running("sleeper")); n != 0 {
 			t.Errorf("a disabled function started %d containers", n)
+		}
+	})
+
+	t.Run("a quota that leaves no room is 429 at once", func(t *testing.T) {
+		if _, err := u.c.SetTriggerEnabled(ctx, "sleeper-web", true); err != nil {
+			t.Fatal(err)
+		}
+		// slow (128 MiB, up until its idle timeout) and hog (384 MiB) fill the 512.
+		create(apiv1.Function{Name: "hog", Runtime: "python3.11", MemoryMB: 384, MinReplicas: 1}, "def handle(event):\n    return {}\n")
+		short := &http.Client{Timeout: 3 * time.Second}
+		if resp, err := short.Get(u.url + "/fn/" + ns + "/sleeper"); err == nil {
+			resp.Body.Close()
+			t.Fatalf("a cold start with no memory left answered %d", resp.StatusCode)
+		}
+		waitFor(t, 3*time.Second, func() bool { return status("sleeper").ScaleLimited }, "scale_limited in the status")
+		start := time.Now()
+		code, body := u.get("/fn/" + ns + "/sleeper")
+		if code != 429 || !strings.Contains(body, "throttled") || !strings.Contains(body, "--tenant-quota-memory") || time.Since(start) > time.Second {
+			t.Errorf("at zero with the quota full: %d %s after %v, want 429 throttled naming the quota at once", code, body, time.Since(start))
+		}
+		if err := u.c.DeleteFunction(ctx, "hog"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 20*time.Second, func() bool { return !status("sleeper").ScaleLimited }, "the limit to clear once memory is free")
+		if code, body := u.get("/fn/" + ns + "/sleeper/again"); code != 200 || !strings.Contains(body, "/again") {
+			t.Errorf("after the quota freed: %d %s", code, body)
 		}
 	})
 }

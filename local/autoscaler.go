@@ -115,6 +115,16 @@ func (a *autoscaler) scale(ctx context.Context, key string, load activator.Load)
 	if p.run.Serving(ns, name) == "" {
 		return // nothing started yet, or an earlier sless up's container until its replacement is up
 	}
+	a.mu.Lock()
+	_, limited := a.limited[key]
+	a.mu.Unlock()
+	if limited && p.run.Fits(ns, name) {
+		// Memory was freed: the next start may succeed, so /fn/ holds requests again.
+		a.mu.Lock()
+		delete(a.limited, key)
+		a.mu.Unlock()
+		a.statusChanged(key)
+	}
 	a.decider.Record(key, autoscale.Sample{InFlight: load.InFlight, Held: load.Held})
 	spec := obj.Spec.WithScaleDefaults()
 	in := autoscale.Input{Held: load.Held, Spec: autoscale.Spec{MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas,
@@ -235,12 +245,14 @@ func (a *autoscaler) writeStatus(key string) {
 	}
 	ignoreNotFound(p.db.Functions.UpdateStatus(ns, name, 0, func(s *apiv1.FunctionStatus) {
 		s.Replicas, s.DesiredReplicas = ready, desired
+		// /fn/ answers 429 at once instead of holding a request no instance will take.
+		s.ScaleLimited = isLimited
 		if s.Phase != apiv1.PhaseReady {
 			return // the controller's message (a new version building or failing) stands
 		}
 		switch {
 		case isLimited:
-			s.Message = fmt.Sprintf("%s at %d instances by the namespace's quota (sless up --tenant-quota-memory): %s", scaleMessagePrefix, ready+starting, limited)
+			s.Message = fmt.Sprintf("%s at %d instances by the namespace's quota (sless up --tenant-quota-memory): %s", scaleMessagePrefix, ready, limited)
 		case strings.HasPrefix(s.Message, scaleMessagePrefix):
 			s.Message = ""
 		}

@@ -174,6 +174,17 @@ func (u *SlessUp) LogTail() string {
 	return s
 }
 
+// LogWithout is the process's log without the lines that contain skip (e.g. the request log).
+func (u *SlessUp) LogWithout(skip string) string {
+	var out []string
+	for _, l := range strings.Split(u.log.String(), "\n") {
+		if !strings.Contains(l, skip) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // Stop sends SIGTERM and waits (function containers keep running, as in production).
 func (u *SlessUp) Stop() {
 	select {

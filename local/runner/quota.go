@@ -59,6 +59,9 @@ type booking struct {
 	ns, fn string
 	role   runspec.Role
 	mb     int
+	// version is a function container's version (versionOf): the instances of the version it
+	// replaces are not counted against a new one, its own other instances are.
+	version string
 	// started: its container runs (or ran); else it is reserved and about to start, and a
 	// listing that does not show it yet must not drop it.
 	started bool
@@ -125,7 +128,7 @@ func (l *ledger) reserve(ctx context.Context, name string, b booking, keep bool)
 func (l *ledger) check(b booking) error {
 	used, runs := 0, 0
 	for _, o := range l.b {
-		if o.ns != b.ns || (b.role == runspec.RoleFunction && o.role == runspec.RoleFunction && o.fn == b.fn) {
+		if o.ns != b.ns || (b.role == runspec.RoleFunction && o.role == runspec.RoleFunction && o.fn == b.fn && o.version != b.version) {
 			continue // another namespace's, or the version this one replaces
 		}
 		used += o.mb
@@ -198,6 +201,21 @@ func (l *ledger) rename(from, to string) {
 	l.mu.Unlock()
 }
 
+// Fits reports whether one more container of ns/name's serving version fits its namespace's
+// limits now, as far as the bookings know (the start checks again).
+func (r *Runner) Fits(ns, name string) bool {
+	r.mu.RLock()
+	p := r.pools[ns+"/"+name]
+	r.mu.RUnlock()
+	if p == nil {
+		return false
+	}
+	l := r.ledger
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limits.MemoryMB == 0 || l.check(booking{ns: ns, fn: name, role: runspec.RoleFunction, mb: p.fn.MemoryMB, version: p.version}) == nil
+}
+
 // SetLimits sets the caps per namespace (before the first container starts).
 func (r *Runner) SetLimits(l Limits) { r.ledger.setLimits(l) }
 
@@ -241,7 +259,7 @@ func (r *Runner) running(ctx context.Context) (map[string]booking, error) {
 			}
 			mb = int(n >> 20)
 		}
-		out[c.Name] = booking{ns: c.Labels[runspec.LabelNamespace], fn: c.Labels[runspec.LabelFunction], role: role, mb: mb}
+		out[c.Name] = booking{ns: c.Labels[runspec.LabelNamespace], fn: c.Labels[runspec.LabelFunction], role: role, mb: mb, version: versionOf(c.Name)}
 	}
 	return out, nil
 }

@@ -78,7 +78,7 @@ func TestLedger(t *testing.T) {
 	}
 
 	// A function's new container takes its old one's place: 128 + 96 (runs) + 288 = 512.
-	must("a-f-v2", fnB("a", "f", 288))
+	must("a-f-v2", booking{ns: "a", fn: "f", role: runspec.RoleFunction, mb: 288, version: "v2"})
 	refused("a-g", fnB("a", "g", 32), false) // but both versions count for everyone else
 	qe = refused("a-huge", fnB("a", "huge", 600), false)
 	if !qe.Never() || !strings.Contains(qe.Error(), "lower memory_mb") {
@@ -126,5 +126,46 @@ func TestLedgerRefreshesBeforeRefusing(t *testing.T) {
 	l.refreshed = time.Now().Add(-refreshEvery)
 	if err := l.reserve(ctx, "a-more", fnB("a", "more", 300), false); err == nil {
 		t.Error("admitted beyond the limit: 100 reserved + 200 + 300")
+	}
+}
+
+// The instances of one version all count: a scaled-out function takes its memory limit once per
+// container; only the version a new one replaces is left out.
+func TestLedgerCountsEveryInstance(t *testing.T) {
+	ctx := context.Background()
+	l := newLedger(func(context.Context) (map[string]booking, error) { return map[string]booking{}, nil })
+	l.setLimits(Limits{MemoryMB: 300})
+	v1, v2 := "sless-a-f-0123456789ab-c0ffee", "sless-a-f-ba9876543210-123456"
+	book := func(name string) error {
+		return l.reserve(ctx, name, booking{ns: "a", fn: "f", role: runspec.RoleFunction, mb: 128, version: versionOf(name)}, false)
+	}
+	if err := errors.Join(book(v1), book(v1+"-1")); err != nil {
+		t.Fatal(err)
+	}
+	var qe *QuotaError
+	if err := book(v1 + "-2"); !errors.As(err, &qe) || qe.Used != 256 {
+		t.Fatalf("a third instance of 128 MiB under 300: %v, want a QuotaError with 256 used", err)
+	}
+	// A new version replaces v1: its first instance fits beside v1's two.
+	if err := book(v2); err != nil {
+		t.Fatalf("the new version's first instance: %v", err)
+	}
+}
+
+func TestVersionOf(t *testing.T) {
+	for name, want := range map[string]string{
+		"sless-a-f-0123456789ab-c0ffee":          "sless-a-f-0123456789ab-c0ffee",
+		"sless-a-f-0123456789ab-123456":          "sless-a-f-0123456789ab-123456", // six digits: the config hash
+		"sless-a-f-0123456789ab-123456-7":        "sless-a-f-0123456789ab-123456",
+		"sless-a-f-0123456789ab-123456-42":       "sless-a-f-0123456789ab-123456",
+		"sless-a-f-0123456789ab-123456-previous": "sless-a-f-0123456789ab-123456-previous",
+		"sless-a-f-0123456789ab-123456-07":       "sless-a-f-0123456789ab-123456-07",
+	} {
+		if got := versionOf(name); got != want {
+			t.Errorf("versionOf(%s) = %s, want %s", name, got, want)
+		}
+		if got := ofVersion(name, want); !got {
+			t.Errorf("ofVersion(%s, %s) = false", name, want)
+		}
 	}
 }

@@ -197,6 +197,19 @@ func instanceName(version string, k int) string {
 	return version + "-" + strconv.Itoa(k)
 }
 
+// versionOf is the version of function container name: the name without an instance number
+// (ContainerName ends in six hex digits, an instance number has at most three).
+func versionOf(name string) string {
+	i := strings.LastIndexByte(name, '-')
+	if i < 0 || len(name)-i-1 > 3 {
+		return name
+	}
+	if k, err := strconv.Atoi(name[i+1:]); err == nil && k > 0 && strconv.Itoa(k) == name[i+1:] {
+		return name[:i]
+	}
+	return name
+}
+
 // ofVersion reports whether container name is one of version's instances.
 func ofVersion(name, version string) bool {
 	if name == version {
@@ -464,7 +477,7 @@ func (r *Runner) Serve(ctx context.Context, f Function) (*Instance, error) {
 	cname := r.ContainerName(f)
 	if cs, err := r.List(ctx); err == nil {
 		if inst := r.adopt(ctx, cs, cname); inst != nil {
-			r.ledger.note(cname, booking{ns: f.Namespace, fn: f.Name, role: runspec.RoleFunction, mb: f.MemoryMB})
+			r.ledger.note(cname, booking{ns: f.Namespace, fn: f.Name, role: runspec.RoleFunction, mb: f.MemoryMB, version: cname})
 			return inst, nil
 		}
 	}
@@ -476,7 +489,7 @@ func (r *Runner) Serve(ctx context.Context, f Function) (*Instance, error) {
 // start runs container cname of f, calls addressed with its address as soon as it has one, and
 // waits for its health check. An error leaves nothing behind.
 func (r *Runner) start(ctx context.Context, f Function, cname string, addressed func(*url.URL)) error {
-	bk := booking{ns: f.Namespace, fn: f.Name, role: runspec.RoleFunction, mb: f.MemoryMB}
+	bk := booking{ns: f.Namespace, fn: f.Name, role: runspec.RoleFunction, mb: f.MemoryMB, version: versionOf(cname)}
 	r.clear(ctx, cname, 5) // a stopped leftover of the same name, or one on another network
 	if err := r.ledger.reserve(ctx, cname, bk, false); err != nil {
 		return err
