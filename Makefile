@@ -56,6 +56,11 @@ bench: tools
 	@hack/build-bases.sh bench-debian >/dev/null
 	$(GO) run ./bench $(BENCH_FLAGS)
 
+# Cold starts only (issue 16): the real single-node cluster beside the Kubernetes readiness path,
+# the ramp, and sless up (needs root, hack/k8s's binaries and podman).
+bench-coldstart: tools
+	$(GO) run ./bench -sections coldstart,coldstart-up
+
 demo:
 	@hack/setup-demo.sh
 	@hack/demo.sh

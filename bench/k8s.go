@@ -31,13 +31,11 @@ import (
 // in-process build, the rollout and the proxy switch; the first request after a deploy; and, in
 // the same run and cluster, the same change the way the seed system made it: a kaniko Job
 // building FROM the runtime image + COPY, then a rollout of the Deployment to its image.
-func benchK8s(ctx context.Context, c config, work string) error {
-	logf("k8s: bringing up the single-node cluster and installing sless (hack/k8s)")
-	env, err := k1n.Start(os.Stderr)
+func benchK8s(ctx context.Context, c config, work string, cluster func() (*k1n.Env, error)) error {
+	env, err := cluster()
 	if err != nil {
 		return err
 	}
-	defer env.Close()
 	root, _ := repoRoot()
 	tok, err := env.Token("bench-k8s@bench.test")
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/sless-dev/sless/internal/k1n"
 	"github.com/sless-dev/sless/internal/registry"
 	"github.com/sless-dev/sless/local/podman"
 	"github.com/sless-dev/sless/oci"
@@ -51,9 +52,38 @@ func run(ctx context.Context, c config) error {
 			return fmt.Errorf("proxy: %w", err)
 		}
 	}
+	// The real cluster is brought up once for the sections that need it, and down at the end.
+	var env *k1n.Env
+	cluster := func() (*k1n.Env, error) {
+		if env != nil {
+			return env, nil
+		}
+		logf("bringing up the single-node cluster and installing sless (hack/k8s)")
+		e, err := k1n.Start(os.Stderr)
+		if err != nil {
+			return nil, err
+		}
+		env = e
+		return env, nil
+	}
+	defer func() {
+		if env != nil {
+			env.Close()
+		}
+	}()
 	if want["k8s"] {
-		if err := benchK8s(ctx, c, work); err != nil {
+		if err := benchK8s(ctx, c, work, cluster); err != nil {
 			return fmt.Errorf("k8s: %w", err)
+		}
+	}
+	if want["coldstart"] {
+		if err := benchColdStart(ctx, c, work, cluster); err != nil {
+			return fmt.Errorf("coldstart: %w", err)
+		}
+	}
+	if want["coldstart-up"] {
+		if err := benchColdStartUp(ctx, c, work, slessBin); err != nil {
+			return fmt.Errorf("coldstart-up: %w", err)
 		}
 	}
 	if want["up"] {
