@@ -31,7 +31,7 @@ func benchColdStartUp(ctx context.Context, c config, work, slessBin string) erro
 		if err != nil || f.Status.Replicas != 0 {
 			return false
 		}
-		out, err := podmanCmd(ctx, work, "ps", "-q", "--filter", "label=dev.sless.namespace="+ns).Output()
+		out, err := podmanCmd(ctx, work, "ps", "-q", "--filter", "label=sless.dev/namespace="+ns).Output()
 		return err == nil && strings.TrimSpace(string(out)) == ""
 	}
 	url := cl.FunctionURL(fn)

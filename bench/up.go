@@ -151,7 +151,7 @@ func startSlessUp(ctx context.Context, work, slessBin, name string, extra ...str
 	var cl *client.Client
 	stop := func() {
 		if cl != nil {
-			podmanCmd(context.Background(), work, "rm", "-f", "-t", "0", "-a", "--filter", "label=dev.sless.namespace="+cl.Namespace()).Run()
+			podmanCmd(context.Background(), work, "rm", "-f", "-t", "0", "-a", "--filter", "label=sless.dev/namespace="+cl.Namespace()).Run()
 		}
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()

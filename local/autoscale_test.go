@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,14 @@ func TestAutoscaleUp(t *testing.T) {
 	})
 
 	t.Run("a cold request answers", func(t *testing.T) {
+		// At zero the next instance waits created, not running: the cold start is its podman start.
+		var spare string
+		waitFor(t, 5*time.Second, func() bool {
+			out, _ := podman.Command(ctx, "ps", "-a", "--filter", "label=sless.dev/function=sleeper", "--filter", "label=sless.dev/namespace="+ns,
+				"--filter", "status=created", "--format", "{{.Names}} {{.ID}}").Output()
+			spare = strings.TrimSpace(string(out))
+			return spare != "" && !strings.Contains(spare, "\n")
+		}, "one created spare container at zero")
 		start := time.Now()
 		resp, err := http.Get(u.url + "/fn/" + ns + "/sleeper/cold")
 		if err != nil {
@@ -82,10 +91,14 @@ func TestAutoscaleUp(t *testing.T) {
 			t.Fatalf("cold request: %d %s\n%s", resp.StatusCode, body, u.logTail())
 		}
 		t.Logf("cold start through /fn/: %v, Server-Timing: %q", time.Since(start).Round(time.Millisecond), resp.Header.Get("Server-Timing"))
-		if n := len(running("sleeper")); n != 1 {
-			t.Errorf("one request at zero started %d containers, want 1", n)
+		now := running("sleeper")
+		if len(now) != 1 {
+			t.Errorf("one request at zero started %d containers, want 1", len(now))
 		}
-		waitFor(t, 3*time.Second, func() bool { return status("sleeper").Replicas == 1 }, "status.replicas 1 within 2 s")
+		if name, id, _ := strings.Cut(spare, " "); now[name] != id {
+			t.Errorf("the cold start did not start the spare %s: running %v", spare, now)
+		}
+		waitFor(t, 2*time.Second, func() bool { return status("sleeper").Replicas == 1 }, "status.replicas 1 within 2 s")
 	})
 
 	var scaled map[string]string
@@ -141,7 +154,25 @@ func TestAutoscaleUp(t *testing.T) {
 		wg.Wait()
 		t.Logf("40 clients for 12 s: %d ok, %d failed, peak %d containers, %d at the end", ok.Load(), failed.Load(), peak, len(scaled))
 		if failed.Load() != 0 {
-			t.Errorf("%d requests failed: %v\n%s", failed.Load(), codes[:min(len(codes), 10)], u.LogWithout(`"msg":"request"`))
+			t.Errorf("%d requests failed: %v\n%s", failed.Load(), codes[:min(len(codes), 10)], u.LogWithout(`"status":200`))
+			out, _ := podman.Command(ctx, "ps", "-a", "--filter", "label=sless.dev/namespace="+ns, "--format", "{{.Names}} {{.ID}} {{.State}} {{.Status}}").Output()
+			t.Logf("containers:\n%s", out)
+			for name := range running("sleeper") {
+				ip, _ := podman.Command(ctx, "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", name).Output()
+				addr := strings.TrimSpace(string(ip))
+				c := &http.Client{Timeout: 2 * time.Second}
+				resp, err := c.Get("http://" + addr + ":8080/health")
+				if err == nil {
+					resp.Body.Close()
+					t.Logf("%s %s: health %d", name, addr, resp.StatusCode)
+				} else {
+					t.Logf("%s %s: health %v", name, addr, err)
+				}
+				logs, _ := podman.Command(ctx, "logs", "--tail", "5", name).CombinedOutput()
+				t.Logf("%s logs: %s", name, logs)
+			}
+			files, _ := exec.Command("sh", "-c", "grep -r . "+dataDir+"/cni/ipam/ 2>&1 | head -40").CombinedOutput()
+			t.Logf("ipam:\n%s", files)
 		}
 		if peak < 3 || peak > 4 {
 			t.Errorf("peak %d containers, want 3–4 (concurrency 2, max_replicas 5, memory for 4)", peak)

@@ -124,6 +124,7 @@ func (a *autoscaler) scale(ctx context.Context, key string, load activator.Load)
 		delete(a.limited, key)
 		a.mu.Unlock()
 		a.statusChanged(key)
+		limited = false
 	}
 	a.decider.Record(key, autoscale.Sample{InFlight: load.InFlight, Held: load.Held})
 	spec := obj.Spec.WithScaleDefaults()
@@ -153,7 +154,11 @@ func (a *autoscaler) scale(ctx context.Context, key string, load activator.Load)
 	}
 	current := len(in.Ready) - len(d.Stop) + in.Starting
 	now := time.Now()
-	for range max(d.Desired-current, 0) {
+	starts := max(d.Desired-current, 0)
+	if limited {
+		starts = 0 // refused until one fits (checked above): no start attempt per held request
+	}
+	for range starts {
 		// Counted as starting before the next decision; started in the background.
 		start, err := p.run.BeginInstance(ns, name, now)
 		if err != nil {
@@ -165,7 +170,17 @@ func (a *autoscaler) scale(ctx context.Context, key string, load activator.Load)
 			a.started(ctx, ns, name, start(ctx))
 		}()
 	}
-	if d.Desired != current || len(d.Stop) > 0 {
+	if d.Desired <= current && p.run.NeedsSpare(ns, name) {
+		// The next instance is created now, while nothing starts, and only started when needed.
+		a.c.runs.Add(1)
+		go func() {
+			defer a.c.runs.Done()
+			if err := p.run.PrepareSpare(ctx, ns, name); err != nil && ctx.Err() == nil {
+				p.log.Warn("preparing the next instance", "namespace", ns, "function", name, "error", err)
+			}
+		}()
+	}
+	if starts > 0 || len(d.Stop) > 0 {
 		p.log.Info("scaled", "namespace", ns, "function", name, "from", len(in.Ready)+in.Starting, "to", d.Desired, "reason", d.Reason)
 	}
 	a.mu.Lock()

@@ -173,6 +173,7 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	}
 	p.run = runner.New(p.pm, p.instance, cfg.DataDir, p.nets.Functions.Name)
 	p.run.SetLimits(runner.Limits{MemoryMB: cfg.Quota.MemoryMB, Runs: cfg.Quota.Runs})
+	p.run.SetAddresses(func(id string) (netip.Addr, bool) { return p.nets.Address(p.nets.Functions, id) })
 	if p.code, err = codestore.NewDir(filepath.Join(cfg.DataDir, "code")); err != nil {
 		return fail(err)
 	}

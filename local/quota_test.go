@@ -26,7 +26,7 @@ func TestTenantQuotas(t *testing.T) {
 		podman.Command(context.Background(), "rm", "-f", "-t", "1", "-a", "--filter", "label=sless.dev/namespace="+ns).Run()
 	})
 	containersOf := func(fn string) []string {
-		out, _ := podman.Command(ctx, "ps", "-a", "--filter", "label=sless.dev/function="+fn, "--filter", "label=sless.dev/namespace="+ns,
+		out, _ := podman.Command(ctx, "ps", "--filter", "label=sless.dev/function="+fn, "--filter", "label=sless.dev/namespace="+ns,
 			"--filter", "label=sless.dev/role=function", "--format", "{{.Names}}").Output()
 		return strings.Fields(string(out))
 	}

@@ -94,7 +94,7 @@ func TestSlessUp(t *testing.T) {
 	ns := u.c.Namespace()
 	fnPath := func(name string) string { return "/fn/" + ns + "/" + name }
 	containersOf := func(name string) []string {
-		out, _ := podman.Command(ctx, "ps", "-a", "--filter", "label=sless.dev/function="+name, "--filter", "label=sless.dev/namespace="+ns, "--format", "{{.Names}}").Output()
+		out, _ := podman.Command(ctx, "ps", "--filter", "label=sless.dev/function="+name, "--filter", "label=sless.dev/namespace="+ns, "--format", "{{.Names}}").Output()
 		return strings.Fields(string(out))
 	}
 	t.Cleanup(func() {

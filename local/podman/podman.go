@@ -203,6 +203,7 @@ func (c *Client) Start(ctx context.Context, s Spec) (string, error) {
 
 // Container is one entry of List.
 type Container struct {
+	ID       string
 	Name     string
 	State    string // running, exited, created, …
 	Labels   map[string]string
@@ -216,6 +217,7 @@ func (c *Client) List(ctx context.Context, key, value string) ([]Container, erro
 		return nil, err
 	}
 	var raw []struct {
+		ID       string `json:"Id"`
 		Names    []string
 		State    string
 		Labels   map[string]string
@@ -227,7 +229,7 @@ func (c *Client) List(ctx context.Context, key, value string) ([]Container, erro
 	cs := make([]Container, 0, len(raw))
 	for _, r := range raw {
 		if len(r.Names) > 0 {
-			cs = append(cs, Container{Name: r.Names[0], State: r.State, Labels: r.Labels, Networks: r.Networks})
+			cs = append(cs, Container{ID: r.ID, Name: r.Names[0], State: r.State, Labels: r.Labels, Networks: r.Networks})
 		}
 	}
 	return cs, nil
