@@ -41,6 +41,25 @@ func TestAutoscalingOnKubernetes(t *testing.T) {
 		t.Fatalf("the first request at zero: %d %s", code, body)
 	}
 	t.Logf("cold start through /fn/: %v", time.Since(start).Round(time.Millisecond))
+	// status.replicas follows the Deployment's ready replicas within 2 s (the kubelet marks the pod
+	// Ready a moment after /fn/'s own probe passed).
+	var depReady, fnReady time.Time
+	for limit := time.Now().Add(20 * time.Second); time.Now().Before(limit) && fnReady.IsZero(); time.Sleep(50 * time.Millisecond) {
+		if d := deployment(t, ns, "burst"); depReady.IsZero() && d != nil && d.Status.ReadyReplicas >= 1 {
+			depReady = time.Now()
+		}
+		if got, err := c.GetFunction(ctx, "burst"); err == nil && got.Status.Replicas >= 1 {
+			fnReady = time.Now()
+		}
+	}
+	switch {
+	case fnReady.IsZero():
+		t.Errorf("status.replicas never showed the cold-started pod")
+	case !depReady.IsZero() && fnReady.Sub(depReady) > 2*time.Second:
+		t.Errorf("status.replicas showed the ready pod %v after the Deployment did, want ≤ 2 s", fnReady.Sub(depReady))
+	default:
+		t.Logf("status.replicas 1 at %v (Deployment ready at %v) after the request", fnReady.Sub(start).Round(time.Millisecond), depReady.Sub(start).Round(time.Millisecond))
+	}
 	// Where the time went (second resolution, as the API server keeps it): the pod's creation
 	// and its conditions, relative to the request.
 	var pods corev1.PodList
