@@ -394,7 +394,12 @@ func benchColdStart(ctx context.Context, c config, work string, cluster func() (
 	}
 
 	logf("coldstart: ramp from zero to 40 clients for 20 s")
-	rp, err := ramp(ctx, k, cl, ns)
+	rp, err := ramp(ctx, cl, func() error { return k.waitZero(ctx, ns, rampFunction, 3*time.Minute) }, func() int32 {
+		if d, err := k.deployment(ctx, ns, rampFunction); err == nil {
+			return d.Status.ReadyReplicas
+		}
+		return 0
+	})
 	if err != nil {
 		return fmt.Errorf("ramp: %w", err)
 	}
@@ -435,18 +440,23 @@ func benchColdStart(ctx context.Context, c config, work string, cluster func() (
 	if ungated != nil {
 		check("policy gate off", ungated)
 	}
-	fmt.Printf("\n### Ramp on the cluster: zero pods → 40 concurrent clients for 20 s\n\n")
-	fmt.Printf("Function: python3.11, `time.sleep(0.1)` per request, concurrency %d, max_replicas %d, min_replicas 0 (so %d pods are enough).\n\n", rp.concurrency, rp.max, rp.need)
+	rp.print("on the cluster", "pods", "pods ready (kubelet)")
+	return nil
+}
+
+// print writes the ramp's table.
+func (rp *rampResult) print(where, instances, readyBy string) {
+	fmt.Printf("\n### Ramp %s: zero %s → 40 concurrent clients for 20 s\n\n", where, instances)
+	fmt.Printf("Function: python3.11, `time.sleep(0.1)` per request, concurrency %d, max_replicas %d, min_replicas 0 (so %d %s are enough).\n\n", rp.concurrency, rp.max, rp.need, instances)
 	fmt.Println("| measure | value |\n|---|---|")
-	fmt.Printf("| seconds until %d pods ready (kubelet) | %s |\n", rp.need, secsOrNA(rp.enough))
-	fmt.Printf("| peak ready pods | %d |\n", rp.peak)
+	fmt.Printf("| seconds until %d %s | %s |\n", rp.need, readyBy, secsOrNA(rp.enough))
+	fmt.Printf("| peak ready %s | %d |\n", instances, rp.peak)
 	fmt.Printf("| requests answered / failed | %d / **%d** |\n", rp.ok, rp.failed)
 	fmt.Printf("| first response (cold) | %s ms |\n", ms(rp.first))
 	fmt.Printf("| request latency p50 / p95 / max over the 20 s | %s / %s / %s ms |\n", ms(pct(rp.lat, 50)), ms(pct(rp.lat, 95)), ms(slices.Max(rp.lat)))
 	if rp.firstErr != "" {
 		fmt.Printf("\nfirst failure: %s\n", rp.firstErr)
 	}
-	return nil
 }
 
 func verdict(ok bool) string {
@@ -593,13 +603,17 @@ type rampResult struct {
 	firstErr               string
 }
 
-// ramp: from zero pods, 40 clients send requests back to back for 20 s.
-func ramp(ctx context.Context, k *kube, cl *apiclient.Client, ns string) (*rampResult, error) {
-	const fn, clients, conc, maxR = "ramp", 40, 10, 10
+// rampFunction is the function the ramp loads.
+const rampFunction = "ramp"
+
+// ramp: from zero instances, 40 clients send requests back to back for 20 s. atZero waits until
+// the function has no instance; ready counts its ready instances (pods, containers) now.
+func ramp(ctx context.Context, cl *apiclient.Client, atZero func() error, ready func() int32) (*rampResult, error) {
+	const fn, clients, conc, maxR = rampFunction, 40, 10, 10
 	if _, err := createColdFunction(ctx, cl, fn, conc, "import time\n\ndef handle(event):\n    time.sleep(0.1)\n    return 'ok'\n"); err != nil {
 		return nil, err
 	}
-	if err := k.waitZero(ctx, ns, fn, 3*time.Minute); err != nil {
+	if err := atZero(); err != nil {
 		return nil, err
 	}
 	time.Sleep(time.Second)
@@ -646,13 +660,12 @@ func ramp(ctx context.Context, k *kube, cl *apiclient.Client, ns string) (*rampR
 		}()
 	}
 	for time.Now().Before(end) {
-		if d, err := k.deployment(ctx, ns, fn); err == nil {
-			if d.Status.ReadyReplicas > rr.peak {
-				rr.peak = d.Status.ReadyReplicas
-			}
-			if rr.enough == 0 && int(d.Status.ReadyReplicas) >= rr.need {
-				rr.enough = time.Since(start)
-			}
+		n := ready()
+		if n > rr.peak {
+			rr.peak = n
+		}
+		if rr.enough == 0 && int(n) >= rr.need {
+			rr.enough = time.Since(start)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -661,7 +674,7 @@ func ramp(ctx context.Context, k *kube, cl *apiclient.Client, ns string) (*rampR
 	if len(rr.lat) == 0 {
 		rr.lat = []time.Duration{0}
 	}
-	logf("  ramp: %d pods after %s, peak %d, %d answered, %d failed", rr.need, secsOrNA(rr.enough), rr.peak, rr.ok, rr.failed)
+	logf("  ramp: %d instances after %s, peak %d, %d answered, %d failed", rr.need, secsOrNA(rr.enough), rr.peak, rr.ok, rr.failed)
 	return rr, nil
 }
 

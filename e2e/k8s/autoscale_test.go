@@ -32,8 +32,16 @@ func TestAutoscalingOnKubernetes(t *testing.T) {
 		return d != nil && *d.Spec.Replicas == 0 && d.Status.Replicas == 0
 	}
 	waitFor(t, "scaled to zero after the idle timeout", 2*time.Minute, atZero)
-	if got, _ := c.GetFunction(ctx, "burst"); got.Status.Replicas != 0 || got.Status.DesiredReplicas != 0 || got.Status.Phase != apiv1.PhaseReady {
-		t.Errorf("status at zero: %+v", got.Status)
+	// The status follows the Deployment within 2 s.
+	var got *apiv1.Function
+	for limit := time.Now().Add(2 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		got, _ = c.GetFunction(ctx, "burst")
+		if got != nil && got.Status.Replicas == 0 && got.Status.DesiredReplicas == 0 && got.Status.Phase == apiv1.PhaseReady || time.Now().After(limit) {
+			break
+		}
+	}
+	if got == nil || got.Status.Replicas != 0 || got.Status.DesiredReplicas != 0 || got.Status.Phase != apiv1.PhaseReady {
+		t.Errorf("status 2 s after the Deployment reached zero: %+v", got)
 	}
 
 	start := time.Now()
