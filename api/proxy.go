@@ -193,7 +193,9 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, activator.ErrThrottled) && t.lim.ScaleLimited:
 		w.Header().Set("Retry-After", "5")
-		writeError(w, r, apiv1.Errorf(apiv1.CodeThrottled, "function %q has no free instance and cannot start one: %s", name, fn.Status.Message))
+		// The quota's details (namespace, usage) are for the tenant, in the function's status: /fn/
+		// is public.
+		writeError(w, r, apiv1.Errorf(apiv1.CodeThrottled, "function %q has no free instance and its namespace's quota allows no more now", name))
 		return
 	case errors.Is(err, activator.ErrThrottled):
 		w.Header().Set("Retry-After", "1")

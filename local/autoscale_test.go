@@ -284,8 +284,15 @@ func TestAutoscaleUp(t *testing.T) {
 		waitFor(t, 3*time.Second, func() bool { return status("sleeper").ScaleLimited }, "scale_limited in the status")
 		start := time.Now()
 		code, body := u.get("/fn/" + ns + "/sleeper")
-		if code != 429 || !strings.Contains(body, "throttled") || !strings.Contains(body, "--tenant-quota-memory") || time.Since(start) > time.Second {
+		if code != 429 || !strings.Contains(body, "throttled") || !strings.Contains(body, "quota") || time.Since(start) > time.Second {
 			t.Errorf("at zero with the quota full: %d %s after %v, want 429 throttled naming the quota at once", code, body, time.Since(start))
+		}
+		// The details are the tenant's, in the status; /fn/ is public.
+		if strings.Contains(body, ns) || strings.Contains(body, "MiB") {
+			t.Errorf("the public 429 tells the namespace's usage: %s", body)
+		}
+		if s := status("sleeper"); !strings.Contains(s.Message, "--tenant-quota-memory") {
+			t.Errorf("status while limited: %+v", s)
 		}
 		if err := u.c.DeleteFunction(ctx, "hog"); err != nil {
 			t.Fatal(err)
@@ -293,6 +300,36 @@ func TestAutoscaleUp(t *testing.T) {
 		waitFor(t, 20*time.Second, func() bool { return !status("sleeper").ScaleLimited }, "the limit to clear once memory is free")
 		if code, body := u.get("/fn/" + ns + "/sleeper/again"); code != 200 || !strings.Contains(body, "/again") {
 			t.Errorf("after the quota freed: %d %s", code, body)
+		}
+	})
+
+	t.Run("a crashed instance is replaced", func(t *testing.T) {
+		create(apiv1.Function{Name: "steady", Runtime: "python3.11", MinReplicas: 2}, "def handle(event):\n    return {'ok': 1}\n")
+		waitFor(t, 20*time.Second, func() bool { return len(running("steady")) == 2 && status("steady").Replicas == 2 }, "min_replicas 2 running")
+		var victim string
+		for name := range running("steady") {
+			victim = name
+			break
+		}
+		// Killed from outside (as the kernel's OOM killer would): podman reports it exited.
+		if out, err := podman.Command(ctx, "kill", victim).CombinedOutput(); err != nil {
+			t.Fatalf("kill: %v %s", err, out)
+		}
+		failed := 0
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			if code, _ := u.get("/fn/" + ns + "/steady"); code != 200 {
+				failed++
+			}
+			if r := running("steady"); len(r) == 2 && r[victim] == "" && status("steady").Replicas == 2 {
+				break
+			}
+		}
+		if r := running("steady"); len(r) != 2 || r[victim] != "" {
+			t.Fatalf("after a crash: running %v, want two and not %s\n%s", r, victim, u.LogWithout(`"status":200`))
+		}
+		if failed > 1 {
+			t.Errorf("%d requests failed while the crashed instance was replaced", failed)
 		}
 	})
 }

@@ -40,6 +40,8 @@ type autoscaler struct {
 	// disk (the state file's fsync) never delays a decision.
 	dirty map[string]bool
 	kick  chan struct{}
+	// poked is the functions with a poke in the channel.
+	poked map[string]bool
 }
 
 func newAutoscaler(c *controller, opts []autoscale.Option, tick time.Duration) (*autoscaler, error) {
@@ -48,16 +50,27 @@ func newAutoscaler(c *controller, opts []autoscale.Option, tick time.Duration) (
 		return nil, err
 	}
 	return &autoscaler{c: c, decider: d, tick: tick, pokes: make(chan string, 64), desired: map[string]int{}, limited: map[string]string{},
-		dirty: map[string]bool{}, kick: make(chan struct{}, 1)}, nil
+		dirty: map[string]bool{}, kick: make(chan struct{}, 1), poked: map[string]bool{}}, nil
 }
 
 // Poke asks for a look at ns/name now (/fn/ holds a request for it). It never blocks.
 func (a *autoscaler) Poke(ns, name string) { a.poke(ns, name) }
 
 func (a *autoscaler) poke(ns, name string) {
+	k := ns + "/" + name
+	a.mu.Lock()
+	if a.poked[k] {
+		a.mu.Unlock()
+		return // a look is pending already: one busy function cannot crowd out another's
+	}
+	a.poked[k] = true
+	a.mu.Unlock()
 	select {
-	case a.pokes <- ns + "/" + name:
-	default: // a look is pending already, or the next tick comes soon
+	case a.pokes <- k:
+	default: // 64 functions wait for a look: the next tick comes soon
+		a.mu.Lock()
+		delete(a.poked, k)
+		a.mu.Unlock()
 	}
 }
 
@@ -88,20 +101,39 @@ func (a *autoscaler) run(ctx context.Context) {
 	defer wg.Wait()
 	t := time.NewTicker(a.tick)
 	defer t.Stop()
+	var pruning sync.Mutex
+	lastPrune := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case k := <-a.pokes:
+			a.mu.Lock()
+			delete(a.poked, k)
+			a.mu.Unlock()
 			a.scale(ctx, k, a.currentLoads()[k])
 		case <-t.C:
 			loads := a.currentLoads()
 			for _, k := range a.c.p.run.Serves() {
 				a.scale(ctx, k, loads[k])
 			}
+			if time.Since(lastPrune) >= pruneEvery && pruning.TryLock() {
+				lastPrune = time.Now()
+				wg.Add(1)
+				go func() { // one podman listing: off the decision loop
+					defer wg.Done()
+					defer pruning.Unlock()
+					if gone := a.c.p.run.PruneAll(ctx); len(gone) > 0 {
+						a.c.p.log.Warn("instances stopped running; no longer routed to", "containers", gone)
+					}
+				}()
+			}
 		}
 	}
 }
+
+// pruneEvery is how often the containers are listed to find instances that died.
+const pruneEvery = 5 * time.Second
 
 // scale decides one function's instances and applies the decision.
 func (a *autoscaler) scale(ctx context.Context, key string, load activator.Load) {
@@ -199,9 +231,9 @@ func (a *autoscaler) started(ctx context.Context, ns, name string, err error) {
 	a.mu.Lock()
 	_, was := a.limited[key]
 	if limited {
+		// Cleared only by the tick's Fits: a start that began before the refusal and succeeds
+		// after it says nothing about the next one.
 		a.limited[key] = qe.Error()
-	} else {
-		delete(a.limited, key)
 	}
 	a.mu.Unlock()
 	switch {

@@ -59,9 +59,12 @@ type booking struct {
 	ns, fn string
 	role   runspec.Role
 	mb     int
-	// version is a function container's version (versionOf): the instances of the version it
-	// replaces are not counted against a new one, its own other instances are.
-	version string
+	// version is a function container's version (versionOf). replaces: it is a new version's
+	// first instance, which the containers of the function's other versions (on their way out)
+	// are not counted against; every other container counts them all, so that versions switched
+	// in a row cannot each hold the whole quota while the old ones finish.
+	version  string
+	replaces bool
 	// started: its container runs (or ran); else it is reserved and about to start, and a
 	// listing that does not show it yet must not drop it.
 	started bool
@@ -128,7 +131,7 @@ func (l *ledger) reserve(ctx context.Context, name string, b booking, keep bool)
 func (l *ledger) check(b booking) error {
 	used, runs := 0, 0
 	for _, o := range l.b {
-		if o.ns != b.ns || (b.role == runspec.RoleFunction && o.role == runspec.RoleFunction && o.fn == b.fn && o.version != b.version) {
+		if o.ns != b.ns || (b.replaces && b.role == runspec.RoleFunction && o.role == runspec.RoleFunction && o.fn == b.fn && o.version != b.version) {
 			continue // another namespace's, or the version this one replaces
 		}
 		used += o.mb

@@ -78,7 +78,7 @@ func TestLedger(t *testing.T) {
 	}
 
 	// A function's new container takes its old one's place: 128 + 96 (runs) + 288 = 512.
-	must("a-f-v2", booking{ns: "a", fn: "f", role: runspec.RoleFunction, mb: 288, version: "v2"})
+	must("a-f-v2", booking{ns: "a", fn: "f", role: runspec.RoleFunction, mb: 288, version: "v2", replaces: true})
 	refused("a-g", fnB("a", "g", 32), false) // but both versions count for everyone else
 	qe = refused("a-huge", fnB("a", "huge", 600), false)
 	if !qe.Never() || !strings.Contains(qe.Error(), "lower memory_mb") {
@@ -146,9 +146,14 @@ func TestLedgerCountsEveryInstance(t *testing.T) {
 	if err := book(v1 + "-2"); !errors.As(err, &qe) || qe.Used != 256 {
 		t.Fatalf("a third instance of 128 MiB under 300: %v, want a QuotaError with 256 used", err)
 	}
-	// A new version replaces v1: its first instance fits beside v1's two.
-	if err := book(v2); err != nil {
+	// A new version replaces v1: its first instance fits beside v1's two; its second does not
+	// (v1's are counted against it, or versions switched in a row could each hold the quota).
+	first := booking{ns: "a", fn: "f", role: runspec.RoleFunction, mb: 128, version: v2, replaces: true}
+	if err := l.reserve(ctx, v2, first, false); err != nil {
 		t.Fatalf("the new version's first instance: %v", err)
+	}
+	if err := book(v2 + "-1"); !errors.As(err, &qe) {
+		t.Fatalf("the new version's second instance while the old one's two run: %v, want a QuotaError", err)
 	}
 }
 

@@ -70,9 +70,10 @@ type Runner struct {
 
 	mu    sync.RWMutex
 	pools map[string]*pool // "ns/name" -> its serving version's instances
-	// stopping is the containers drained and not yet removed: their names are not reused until
-	// they are gone (the removal deletes the name's private variables).
-	stopping map[string]bool
+	// stopping counts the pending removals of each container name: a name is not reused until
+	// they are done (a removal deletes the name's private variables, and a stale removal by name
+	// would take a new container of that name).
+	stopping map[string]int
 	lookup   func(id string) (netip.Addr, bool)
 
 	ledger *ledger // what each namespace's containers take, against its Limits
@@ -81,7 +82,7 @@ type Runner struct {
 // New runs containers with pm on network (the instance's own: local/network), labelled with
 // instance; job results go under dataDir.
 func New(pm *podman.Client, instance, dataDir, network string) *Runner {
-	r := &Runner{pm: pm, instance: instance, dataDir: dataDir, network: network, pools: map[string]*pool{}, stopping: map[string]bool{}}
+	r := &Runner{pm: pm, instance: instance, dataDir: dataDir, network: network, pools: map[string]*pool{}, stopping: map[string]int{}}
 	r.ledger = newLedger(r.running)
 	return r
 }
@@ -101,9 +102,9 @@ func (r *Runner) Resolve(_ context.Context, ns, name string) (*url.URL, error) {
 	return nil, &api.NotReadyError{Reason: fmt.Sprintf("function %q has no running instance yet", name)}
 }
 
-// Instances lists the function's ready containers and, not ready, those starting that have an
-// address (the activator probes them itself and forwards as soon as one answers). A container
-// being stopped is not listed.
+// Instances lists the function's ready containers and, not ready, those starting (the activator
+// probes those with an address itself and forwards as soon as one answers). A container being
+// stopped is not listed.
 func (r *Runner) Instances(_ context.Context, ns, name string) ([]activator.Instance, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -116,9 +117,9 @@ func (r *Runner) Instances(_ context.Context, ns, name string) ([]activator.Inst
 		out = append(out, activator.Instance{ID: in.Name, URL: in.URL, Ready: true, Requested: in.Requested})
 	}
 	for _, in := range p.starting {
-		if in.URL != nil {
-			out = append(out, activator.Instance{ID: in.Name, URL: in.URL, Requested: in.Requested})
-		}
+		// Without an address yet too: the activator counts it as starting (a request holds for
+		// it rather than being refused as having nothing to wait for).
+		out = append(out, activator.Instance{ID: in.Name, URL: in.URL, Requested: in.Requested})
 	}
 	return out, nil
 }
@@ -269,25 +270,34 @@ func (r *Runner) BeginInstance(ns, name string, requested time.Time) (func(conte
 		if spareID != "" {
 			err = r.startSpare(ctx, f, cname, spareID, addressed)
 		} else {
-			err = r.start(ctx, f, cname, addressed)
+			err = r.start(ctx, f, cname, false, addressed)
 		}
 		r.mu.Lock()
-		defer r.mu.Unlock()
 		delete(p.starting, cname)
 		var qe *QuotaError
-		if err != nil && spareID != "" && errors.As(err, &qe) && p.spare == "" && r.pools[key] == p {
-			p.spare, p.spareID = cname, spareID // refused before it was touched: still the spare
+		orphan := false
+		if err != nil && spareID != "" && errors.As(err, &qe) {
+			if p.spare == "" && r.pools[key] == p {
+				p.spare, p.spareID = cname, spareID // refused before it was touched: still the spare
+			} else {
+				orphan = true // created and never started, and no longer anyone's spare
+			}
 		}
-		if err != nil {
-			return err
+		if err == nil && r.pools[key] != p {
+			orphan = true // switched or stopped meanwhile: this container belongs to nothing now
+			err = fmt.Errorf("%s changed version while an instance started", key)
 		}
-		if r.pools[key] != p {
-			// Switched or stopped meanwhile: this container belongs to nothing now.
-			go r.remove(context.WithoutCancel(ctx), cname, 5)
-			return fmt.Errorf("%s changed version while an instance started", key)
+		if err == nil {
+			p.ready = append(p.ready, inst)
 		}
-		p.ready = append(p.ready, inst)
-		return nil
+		if orphan {
+			r.stopping[cname]++
+		}
+		r.mu.Unlock()
+		if orphan {
+			r.remove(context.WithoutCancel(ctx), cname, 5)
+		}
+		return err
 	}, nil
 }
 
@@ -301,7 +311,7 @@ func (r *Runner) freeNameLocked(p *pool) string {
 		used[n] = true
 	}
 	k := 0
-	for used[instanceName(p.version, k)] || r.stopping[instanceName(p.version, k)] {
+	for used[instanceName(p.version, k)] || r.stopping[instanceName(p.version, k)] > 0 {
 		k++
 	}
 	return instanceName(p.version, k)
@@ -317,7 +327,7 @@ func (r *Runner) startSpare(ctx context.Context, f Function, cname, id string, a
 	if _, err := r.pm.Run(ctx, "start", cname); err != nil {
 		r.clear(ctx, cname, 0)
 		r.ledger.release(cname)
-		return r.start(ctx, f, cname, addressed)
+		return r.start(ctx, f, cname, false, addressed)
 	}
 	r.ledger.started(cname)
 	return r.healthy(ctx, cname, id, addressed)
@@ -356,17 +366,19 @@ func (r *Runner) PrepareSpare(ctx context.Context, ns, name string) error {
 		}
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	p.preparing = ""
 	if err != nil {
+		r.mu.Unlock()
 		os.RemoveAll(r.envDir(cname))
 		return fmt.Errorf("creating a spare container: %w", err)
 	}
 	if r.pools[key] != p {
-		go r.remove(context.WithoutCancel(ctx), cname, 0) // switched or stopped meanwhile
-		return nil
+		r.stopping[cname]++
+		r.mu.Unlock()
+		return r.remove(context.WithoutCancel(ctx), cname, 0) // switched or stopped meanwhile
 	}
 	p.spare, p.spareID = cname, strings.TrimSpace(id)
+	r.mu.Unlock()
 	return nil
 }
 
@@ -377,7 +389,7 @@ func (r *Runner) Drain(ns, name, id string) {
 	if p := r.pools[ns+"/"+name]; p != nil {
 		p.ready = slices.DeleteFunc(p.ready, func(in *Instance) bool { return in.Name == id })
 	}
-	r.stopping[id] = true
+	r.stopping[id]++ // the removal that follows (Remove) counts it down
 }
 
 // StopInstance drains ns/name's container id and removes it, giving it grace seconds to finish
@@ -385,6 +397,40 @@ func (r *Runner) Drain(ns, name, id string) {
 func (r *Runner) StopInstance(ctx context.Context, ns, name, id string, grace int) error {
 	r.Drain(ns, name, id)
 	return r.remove(ctx, id, grace)
+}
+
+// PruneAll does Prune for every function at once, from one listing of the containers: a
+// container that crashed (a handler that ran it out of memory) stops being routed to within a
+// tick of this, not at the next resync. It reports the containers it let go.
+func (r *Runner) PruneAll(ctx context.Context) []string {
+	cs, err := r.List(ctx)
+	if err != nil {
+		return nil
+	}
+	up := map[string]bool{}
+	for _, c := range cs {
+		if c.State == "running" {
+			up[c.Name] = true
+		}
+	}
+	type gone struct{ ns, name, id string }
+	var dead []gone
+	r.mu.RLock()
+	for key, p := range r.pools {
+		ns, name, _ := strings.Cut(key, "/")
+		for _, in := range p.ready {
+			if !in.stale && !up[in.Name] {
+				dead = append(dead, gone{ns, name, in.Name})
+			}
+		}
+	}
+	r.mu.RUnlock()
+	var out []string
+	for _, g := range dead {
+		r.StopInstance(ctx, g.ns, g.name, g.id, 0)
+		out = append(out, g.id)
+	}
+	return out
 }
 
 // Prune forgets ns/name's ready containers that no longer run (crashed, removed by hand), so the
@@ -526,9 +572,18 @@ func (r *Runner) remove(ctx context.Context, name string, grace int) error {
 	err := r.clear(ctx, name, grace)
 	r.ledger.release(name)
 	r.mu.Lock()
-	delete(r.stopping, name)
+	if r.stopping[name]--; r.stopping[name] <= 0 {
+		delete(r.stopping, name)
+	}
 	r.mu.Unlock()
 	return err
+}
+
+// marked counts a removal of name as pending (remove counts it down).
+func (r *Runner) marked(name string) {
+	r.mu.Lock()
+	r.stopping[name]++
+	r.mu.Unlock()
 }
 
 // clear removes a leftover container of the name a new one is about to take (its booking, if
@@ -562,6 +617,14 @@ func (r *Runner) Remove(ctx context.Context, name string, grace int) error {
 // (Switch does).
 func (r *Runner) Serve(ctx context.Context, f Function) (*Instance, error) {
 	cname := r.ContainerName(f)
+	r.mu.RLock()
+	busy := r.stopping[cname] > 0
+	r.mu.RUnlock()
+	if busy {
+		// A container of this name (this version, switched away from a moment ago) is still
+		// finishing its requests: neither adopt it nor start one of its name until it is gone.
+		return nil, fmt.Errorf("the previous container %s of this version is still stopping", cname)
+	}
 	if cs, err := r.List(ctx); err == nil {
 		if inst := r.adopt(ctx, cs, cname); inst != nil {
 			r.ledger.note(cname, booking{ns: f.Namespace, fn: f.Name, role: runspec.RoleFunction, mb: f.MemoryMB, version: cname})
@@ -569,14 +632,14 @@ func (r *Runner) Serve(ctx context.Context, f Function) (*Instance, error) {
 		}
 	}
 	var inst *Instance
-	err := r.start(ctx, f, cname, func(u *url.URL) { inst = &Instance{Name: cname, URL: u} })
+	err := r.start(ctx, f, cname, true, func(u *url.URL) { inst = &Instance{Name: cname, URL: u} })
 	return inst, err
 }
 
 // start runs container cname of f, calls addressed with its address as soon as it has one, and
 // waits for its health check. An error leaves nothing behind.
-func (r *Runner) start(ctx context.Context, f Function, cname string, addressed func(*url.URL)) error {
-	bk := booking{ns: f.Namespace, fn: f.Name, role: runspec.RoleFunction, mb: f.MemoryMB, version: versionOf(cname)}
+func (r *Runner) start(ctx context.Context, f Function, cname string, first bool, addressed func(*url.URL)) error {
+	bk := booking{ns: f.Namespace, fn: f.Name, role: runspec.RoleFunction, mb: f.MemoryMB, version: versionOf(cname), replaces: first}
 	if err := r.ledger.reserve(ctx, cname, bk, false); err != nil {
 		return err
 	}
@@ -810,11 +873,19 @@ func (r *Runner) RemoveWhere(ctx context.Context, grace int, match func(Containe
 	if err != nil {
 		return
 	}
+	var wg sync.WaitGroup
 	for _, c := range cs {
-		if match(c) {
-			r.remove(ctx, c.Name, grace)
+		if !match(c) {
+			continue
 		}
+		r.marked(c.Name) // no new container takes the name until this one is gone
+		wg.Add(1)
+		go func() { // at once: each may take its whole grace
+			defer wg.Done()
+			r.remove(ctx, c.Name, grace)
+		}()
 	}
+	wg.Wait()
 }
 
 // Run is one job or cron run.
