@@ -30,6 +30,13 @@ type Source interface {
 	Instances(ctx context.Context, ns, name string) ([]Instance, error)
 }
 
+// ScaleLimiter is a Source that also knows when a function can get no more instances now (the
+// tenant's quota stopped its scale-up): requests held while it has none ready or starting are then
+// answered (ErrScaleLimited) instead of waiting for one that will not come.
+type ScaleLimiter interface {
+	ScaleLimited(ctx context.Context, ns, name string) bool
+}
+
 // Scaler is told when requests of a function wait for an instance: the decider should look now,
 // not at its next tick. It must not block.
 type Scaler interface {
@@ -55,6 +62,9 @@ var (
 	ErrThrottled = errors.New("every instance is busy and the hold queue is full")
 	// ErrNoInstance: no instance can serve and the backend cannot start one (no Scaler).
 	ErrNoInstance = errors.New("no instance is running")
+	// ErrScaleLimited: a held request's function has no instance and the backend may start none
+	// now (ScaleLimiter).
+	ErrScaleLimited = errors.New("no instance is running and the quota allows no more")
 )
 
 // Option configures New.
@@ -276,6 +286,9 @@ func (a *Activator) Acquire(ctx context.Context, ns, name string, lim Limits) (*
 	}
 	select {
 	case in := <-w.ch:
+		if in == nil {
+			return nil, ErrScaleLimited
+		}
 		return &Lease{f: f, a: a, in: in, Held: a.now().Sub(now), Cold: cold, heldAt: now}, nil
 	case <-ctx.Done():
 		f.mu.Lock()
@@ -325,6 +338,19 @@ func (a *Activator) loop(f *function) {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		a.refresh(ctx, f)
+		f.mu.Lock()
+		none := len(f.ready) == 0 && len(f.starting) == 0 && len(f.waiters) > 0
+		f.mu.Unlock()
+		if sl, ok := a.src.(ScaleLimiter); ok && none && sl.ScaleLimited(ctx, f.ns, f.name) {
+			f.mu.Lock()
+			if len(f.ready) == 0 && len(f.starting) == 0 {
+				for _, w := range f.waiters {
+					w.ch <- nil // ErrScaleLimited
+				}
+				f.waiters = nil
+			}
+			f.mu.Unlock()
+		}
 		cancel()
 		f.mu.Lock()
 		if len(f.waiters) == 0 {

@@ -428,3 +428,37 @@ func TestScaleLimited(t *testing.T) {
 		t.Errorf("held behind a busy instance while scale-limited: %v", err)
 	}
 }
+
+// limitedSource is a source whose backend says when the quota stops a function's scale-up.
+type limitedSource struct {
+	*source
+	limited atomic.Bool
+}
+
+func (s *limitedSource) ScaleLimited(context.Context, string, string) bool { return s.limited.Load() }
+
+// A request held while nothing runs is answered once the backend says the quota allows no
+// instance, instead of waiting out its timeout.
+func TestHeldRequestsWhenTheQuotaStopsTheStart(t *testing.T) {
+	src := &limitedSource{source: &source{}}
+	a := activator.New(src, activator.WithScaler(&scaler{pokes: make(chan string, 8)}), activator.WithProbeInterval(10*time.Millisecond))
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Acquire(context.Background(), "ns", "f", activator.Limits{Concurrency: 1, MaxHeld: 10})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("answered before the quota said anything: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	src.limited.Store(true)
+	select {
+	case err := <-done:
+		if !errors.Is(err, activator.ErrScaleLimited) {
+			t.Fatalf("held request: %v, want ErrScaleLimited", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the held request still waits after the quota stopped the start")
+	}
+}

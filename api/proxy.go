@@ -191,7 +191,7 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, activator.ErrNoInstance):
 		writeError(w, r, notReady())
 		return
-	case errors.Is(err, activator.ErrThrottled) && t.lim.ScaleLimited:
+	case errors.Is(err, activator.ErrScaleLimited), errors.Is(err, activator.ErrThrottled) && t.lim.ScaleLimited:
 		w.Header().Set("Retry-After", "5")
 		// The quota's details (namespace, usage) are for the tenant, in the function's status: /fn/
 		// is public.

@@ -276,11 +276,18 @@ func TestAutoscaleUp(t *testing.T) {
 		}
 		// slow (128 MiB, up until its idle timeout) and hog (384 MiB) fill the 512.
 		create(apiv1.Function{Name: "hog", Runtime: "python3.11", MemoryMB: 384, MinReplicas: 1}, "def handle(event):\n    return {}\n")
-		short := &http.Client{Timeout: 3 * time.Second}
-		if resp, err := short.Get(u.url + "/fn/" + ns + "/sleeper"); err == nil {
-			resp.Body.Close()
-			t.Fatalf("a cold start with no memory left answered %d", resp.StatusCode)
+		// Held while the start is tried; answered once the quota refused it, not at its timeout.
+		short := &http.Client{Timeout: 5 * time.Second}
+		held := time.Now()
+		resp, err := short.Get(u.url + "/fn/" + ns + "/sleeper")
+		if err != nil {
+			t.Fatalf("the held request when the quota refuses the start: %v", err)
 		}
+		resp.Body.Close()
+		if resp.StatusCode != 429 {
+			t.Fatalf("the held request when the quota refuses the start: %d, want 429", resp.StatusCode)
+		}
+		t.Logf("held request answered 429 after %v", time.Since(held).Round(time.Millisecond))
 		waitFor(t, 3*time.Second, func() bool { return status("sleeper").ScaleLimited }, "scale_limited in the status")
 		start := time.Now()
 		code, body := u.get("/fn/" + ns + "/sleeper")

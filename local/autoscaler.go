@@ -306,6 +306,13 @@ func (a *autoscaler) writeStatus(key string) {
 	}))
 }
 
+func (a *autoscaler) isLimited(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.limited[key]
+	return ok
+}
+
 // forget drops what the autoscaler keeps of a function that no longer serves.
 func (a *autoscaler) forget(ns, name string) {
 	key := ns + "/" + name

@@ -94,6 +94,19 @@ type EndpointResolver struct {
 	next   atomic.Uint64
 }
 
+var _ activator.ScaleLimiter = (*EndpointResolver)(nil)
+
+// ScaleLimited reports whether the function's scale-up is stopped by the tenant's quota (its
+// ScaleLimited condition, from the cache): /fn/ then answers requests it holds instead of letting
+// them wait for a pod that cannot be created.
+func (r *EndpointResolver) ScaleLimited(ctx context.Context, ns, name string) bool {
+	var fn slessv1.Function
+	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &fn); err != nil {
+		return false
+	}
+	return fn.Status.IsScaleLimited()
+}
+
 // Resolve returns http://<pod IP>:<port> of a ready endpoint, or *api.NotReadyError.
 func (r *EndpointResolver) Resolve(ctx context.Context, ns, name string) (*url.URL, error) {
 	insts, err := r.Instances(ctx, ns, name)

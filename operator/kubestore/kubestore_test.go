@@ -286,3 +286,36 @@ func TestEndpointInstances(t *testing.T) {
 		t.Errorf("instances %v, want %v", got, want)
 	}
 }
+
+// The ScaleLimited condition the FunctionReconciler sets when the tenant's quota stops a scale-up
+// reaches /fn/ two ways: status.scale_limited on the API, and the resolver's ScaleLimited (which
+// answers held requests).
+func TestScaleLimitedReachesTheAPI(t *testing.T) {
+	env := kubetest.Start(t)
+	ctx := context.Background()
+	ns := "sless-00000000000000e3"
+	env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "f"}, Spec: slessv1.FunctionSpec{Runtime: "python3.11"}}
+	if err := env.Client.Create(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	r := &kubestore.EndpointResolver{Reader: env.Client}
+	if r.ScaleLimited(ctx, ns, "f") || r.ScaleLimited(ctx, ns, "missing") {
+		t.Fatal("limited before any condition")
+	}
+	fn.MarkScaleLimited("QuotaExceeded", `scale-up stopped at 1 of 3 replicas by the tenant quota "sless-tenant"`)
+	if err := env.Client.Status().Update(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	if !r.ScaleLimited(ctx, ns, "f") {
+		t.Error("the resolver does not see the ScaleLimited condition")
+	}
+	store := kubestore.New(env.Client, nil, resources.TenantConfig{OperatorNamespace: "sless-system"}, r)
+	got, err := store.Functions.Get(ctx, ns, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Status.ScaleLimited {
+		t.Errorf("status.scale_limited: %+v", got.Status)
+	}
+}
