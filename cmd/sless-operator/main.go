@@ -74,6 +74,7 @@ type config struct {
 	uploadRate                                   float64
 	uploadBurst, workers, tenantBuilds, maxHeld  int
 	autoscale                                    bool
+	leaderElect                                  bool
 	stableWindow, panicWindow                    time.Duration
 	insecure                                     bool
 	codeDir, s3Endpoint, s3Bucket, s3Region      string
@@ -121,6 +122,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.tenantBuilds, "max-builds-per-namespace", 1, "concurrent in-process builds of one namespace (a build that finds none free waits without holding a worker)")
 	fs.IntVar(&c.workers, "max-concurrent-reconciles", 4, "Functions reconciled at once (builds beyond --max-builds wait without holding one)")
 	fs.Float64Var(&c.uploadRate, "upload-rate", api.DefaultUploadsPerMinute, "code uploads a namespace may make per minute on average (429 throttled beyond; 0 for no limit)")
+	fs.BoolVar(&c.leaderElect, "leader-elect", true, "run the controllers and the autoscaler only while holding the Lease sless-operator.sless.dev in --operator-namespace, so that two operator pods (a rollout, a second replica) never reconcile or scale at once; the REST API and /fn/ serve on every pod")
 	fs.BoolVar(&c.autoscale, "autoscale", true, "scale each function between its min_replicas and max_replicas on its load through /fn/ (false: one instance per function)")
 	fs.DurationVar(&c.stableWindow, "autoscale-stable-window", autoscale.DefaultStableWindow, "the load is averaged over this window to decide replicas")
 	fs.DurationVar(&c.panicWindow, "autoscale-panic-window", autoscale.DefaultPanicWindow, "a load of twice the capacity over this window scales up at once")
@@ -200,7 +202,7 @@ func run(ctx context.Context, args []string) error {
 		}
 		defer ps.Close()
 	}
-	mgr, err := newManager()
+	mgr, err := newManager(cfg.leaderElect, cfg.operatorNS)
 	if err != nil {
 		return err
 	}
@@ -378,7 +380,10 @@ func (c *config) verifier(ctx context.Context, logger *slog.Logger) (*auth.Verif
 		auth.WithAnyAudience(c.anyAudience))
 }
 
-func newManager() (ctrl.Manager, error) {
+// leaseName is the Lease the operator pods elect their leader with.
+const leaseName = "sless-operator.sless.dev"
+
+func newManager(leaderElect bool, namespace string) (ctrl.Manager, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -394,7 +399,9 @@ func newManager() (ctrl.Manager, error) {
 	// Service's labels), not every slice in the cluster.
 	ours := labels.SelectorFromSet(labels.Set{runspec.LabelManagedBy: runspec.ManagedBy})
 	return ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Label: ours}}}})
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Label: ours}}},
+		// A pod that stops hands the Lease on at once instead of letting it expire (15 s).
+		LeaderElection: leaderElect, LeaderElectionID: leaseName, LeaderElectionNamespace: namespace, LeaderElectionReleaseOnCancel: true})
 }
 
 // setupControllers adds the reconcilers, with the build pipeline they share.

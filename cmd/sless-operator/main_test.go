@@ -21,6 +21,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/api/apiv1"
@@ -36,6 +38,10 @@ import (
 // reconciler in the same process builds it in-process and creates the Deployment.
 func TestOperatorBinary(t *testing.T) {
 	env := kubetest.Start(t)
+	// The operator elects its leader with a Lease in its namespace.
+	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sless-system"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	reg, keysDir := testenv.AuthRegistry(t)
 	keys, err := regauth.Load(keysDir)
 	if err != nil {

@@ -7,11 +7,11 @@ import (
 )
 
 // Every manifest applies to a real kube-apiserver (server-side validation; the CRDs are already
-// installed by envtest from the same files). The service account's namespace comes from
-// manager.yaml, so it goes last.
+// installed by envtest from the same files). The namespace comes from manager.yaml, so it goes
+// first (the leader election's Role and the service account live in it).
 func TestManifestsApply(t *testing.T) {
 	env := kubetest.Start(t)
-	for _, f := range []string{"rbac/role.yaml", "rbac/role_binding.yaml", "rbac/namespace_deletes.yaml", "rbac/tenant_updates.yaml", "manager/manager.yaml", "rbac/service_account.yaml"} {
+	for _, f := range []string{"manager/manager.yaml", "rbac/role.yaml", "rbac/role_binding.yaml", "rbac/namespace_deletes.yaml", "rbac/tenant_updates.yaml", "rbac/service_account.yaml"} {
 		applyFile(t, env.Client, f)
 	}
 }

@@ -19,6 +19,8 @@ import (
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// The operator's leader election (its Lease, in its own namespace):
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=sless-system
 
 // podDeletionCost is the annotation the ReplicaSet controller reads to choose which pods go
 // first when a Deployment scales down (the lowest cost goes first).
