@@ -298,8 +298,10 @@ func (a *Activator) Acquire(ctx context.Context, ns, name string, lim Limits) (*
 			return nil, ctx.Err()
 		}
 		f.mu.Unlock()
-		// Granted as the context ended: hand the slot on.
-		(&Lease{f: f, a: a, in: <-w.ch}).Release()
+		// Granted as the context ended: hand the slot on (nil: answered ErrScaleLimited, no slot).
+		if in := <-w.ch; in != nil {
+			(&Lease{f: f, a: a, in: in}).Release()
+		}
 		return nil, ctx.Err()
 	}
 }
