@@ -156,8 +156,7 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 	}
 	switch {
 	case p.run.Serving(ns, spec.Name) == version:
-		// Serving: the autoscaler owns the count; containers that died are replaced by it.
-		p.run.Prune(ctx, ns, spec.Name)
+		// Serving: the autoscaler owns the count (and replaces containers that died: PruneAll).
 	case b.Started == version:
 		// Started before (this is a restart of sless up, or the version's instances were all
 		// stopped): it serves from zero, and the autoscaler starts what the load or min_replicas

@@ -124,16 +124,6 @@ func (r *Runner) Instances(_ context.Context, ns, name string) ([]activator.Inst
 	return out, nil
 }
 
-// Route is a container /fn/ sends ns/name's requests to (nil: none).
-func (r *Runner) Route(ns, name string) *Instance {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if p := r.pools[ns+"/"+name]; p != nil && len(p.ready) > 0 {
-		return p.ready[0]
-	}
-	return nil
-}
-
 // Switch makes f's version the one ns/name serves, with inst (nil: none yet, the scaler starts
 // them) as its one ready instance: new requests go there from now on. The earlier version's
 // containers are no longer routed to (Stop removes them).
@@ -227,16 +217,6 @@ func ofVersion(name, version string) bool {
 	}
 	k, err := strconv.Atoi(rest)
 	return err == nil && k > 0 && strconv.Itoa(k) == rest
-}
-
-// StartInstance starts one more container of ns/name's serving version and waits for its health
-// check (BeginInstance, then what it returns).
-func (r *Runner) StartInstance(ctx context.Context, ns, name string, requested time.Time) error {
-	start, err := r.BeginInstance(ns, name, requested)
-	if err != nil {
-		return err
-	}
-	return start(ctx)
 }
 
 // BeginInstance counts one more container of ns/name's serving version as starting, at once (so a
@@ -399,9 +379,9 @@ func (r *Runner) StopInstance(ctx context.Context, ns, name, id string, grace in
 	return r.remove(ctx, id, grace)
 }
 
-// PruneAll does Prune for every function at once, from one listing of the containers: a
-// container that crashed (a handler that ran it out of memory) stops being routed to within a
-// tick of this, not at the next resync. It reports the containers it let go.
+// PruneAll forgets the ready containers that no longer run (crashed, run out of memory, removed
+// by hand), from one listing of the containers for every function, so the autoscaler replaces
+// them. It reports the containers it let go.
 func (r *Runner) PruneAll(ctx context.Context) []string {
 	cs, err := r.List(ctx)
 	if err != nil {
@@ -431,32 +411,6 @@ func (r *Runner) PruneAll(ctx context.Context) []string {
 		out = append(out, g.id)
 	}
 	return out
-}
-
-// Prune forgets ns/name's ready containers that no longer run (crashed, removed by hand), so the
-// scaler replaces them; it reports how many went.
-func (r *Runner) Prune(ctx context.Context, ns, name string) int {
-	r.mu.RLock()
-	var names []string
-	if p := r.pools[ns+"/"+name]; p != nil {
-		for _, in := range p.ready {
-			if !in.stale {
-				names = append(names, in.Name)
-			}
-		}
-	}
-	r.mu.RUnlock()
-	gone := 0
-	for _, n := range names {
-		// Only a container podman says is not running, or does not know: a failing podman call
-		// must not take a serving one away.
-		if st, err := r.pm.State(ctx, n); (err == nil && st == "running") || (err != nil && !strings.Contains(err.Error(), "no such")) {
-			continue
-		}
-		gone++
-		r.StopInstance(ctx, ns, name, n, 0)
-	}
-	return gone
 }
 
 // Container is one of this instance's containers, its labels in runspec's vocabulary whatever

@@ -38,6 +38,26 @@ func (f *fakeLoad) Instances(context.Context, string, string) ([]activator.Insta
 	return append([]activator.Instance(nil), f.insts...), nil
 }
 
+// startScaler runs a Scaler on e's API server with a manual clock (advance moves it), a 20 ms
+// tick and fl as the replicas' load and the instances, until the test ends.
+func startScaler(t *testing.T, e *fnEnv) (s *controllers.Scaler, fl *fakeLoad, clock func() time.Time, advance func(time.Duration)) {
+	var clockMu sync.Mutex
+	now := time.Now()
+	clock = func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
+	advance = func(d time.Duration) { clockMu.Lock(); now = now.Add(d); clockMu.Unlock() }
+	decider, err := autoscale.New(autoscale.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl = &fakeLoad{}
+	s = controllers.NewScaler(controllers.Scaler{Client: e.c, Instances: fl, Loads: fl, Decider: decider, Tick: 20 * time.Millisecond, Now: clock})
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Start(runCtx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s, fl, clock, advance
+}
+
 func (f *fakeLoad) set(l activator.Load, insts ...activator.Instance) {
 	f.mu.Lock()
 	f.load, f.insts = l, insts
@@ -51,20 +71,7 @@ func TestScalerScalesTheDeployment(t *testing.T) {
 	ns := "sless-0123456789abcdec"
 	e := newFnEnv(t, ns)
 	ctx := context.Background()
-	var clockMu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
-	advance := func(d time.Duration) { clockMu.Lock(); now = now.Add(d); clockMu.Unlock() }
-	decider, err := autoscale.New(autoscale.WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fl := &fakeLoad{}
-	s := controllers.NewScaler(controllers.Scaler{Client: e.c, Instances: fl, Loads: fl, Decider: decider, Tick: 20 * time.Millisecond, Now: clock})
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { s.Start(runCtx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	s, fl, clock, advance := startScaler(t, e)
 
 	fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "hot", Namespace: ns},
 		Spec: slessv1.FunctionSpec{Runtime: "python3.11", MinReplicas: 0, MaxReplicas: 5, Concurrency: 10, IdleTimeoutSec: 5}}
@@ -145,20 +152,7 @@ func TestScalerAMissingReplicaMakesNoInstanceIdle(t *testing.T) {
 	ns := "sless-0123456789abcded"
 	e := newFnEnv(t, ns)
 	ctx := context.Background()
-	var clockMu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
-	advance := func(d time.Duration) { clockMu.Lock(); now = now.Add(d); clockMu.Unlock() }
-	decider, err := autoscale.New(autoscale.WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fl := &fakeLoad{}
-	s := controllers.NewScaler(controllers.Scaler{Client: e.c, Instances: fl, Loads: fl, Decider: decider, Tick: 20 * time.Millisecond, Now: clock})
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { s.Start(runCtx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	_, fl, clock, advance := startScaler(t, e)
 
 	const idle = 300 * time.Second
 	dep := runningFunction(t, e, "busy", slessv1.FunctionSpec{Runtime: "python3.11", MaxReplicas: 5, Concurrency: 10, IdleTimeoutSec: int32(idle / time.Second)}, 2)
