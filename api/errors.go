@@ -4,10 +4,16 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/layers"
 )
+
+// unavailableRetry is the Retry-After of a 503 for a store that does not answer.
+const unavailableRetry = 5 * time.Second
 
 // ErrQuotaExceeded is what a store returns (wrapped, with a message naming the quota) for a create
 // that would take a namespace beyond its quota; the API answers 403 quota_exceeded.
@@ -31,6 +37,11 @@ func toAPIError(err error) *apiv1.Error {
 		return ae
 	case errors.As(err, &nr):
 		return apiv1.Errorf(apiv1.CodeNotReady, "%s", nr.Reason)
+	case errors.Is(err, codestore.ErrUnavailable):
+		// Not the caller's fault and not a bug: a service behind the API is down. What it said
+		// (endpoints, bucket) goes to the log only.
+		return &apiv1.Error{Status: http.StatusServiceUnavailable, Code: apiv1.CodeNotReady,
+			Message: "the code store is unavailable; retry later", RetryAfter: unavailableRetry}
 	case errors.As(err, &mb):
 		return apiv1.Errorf(apiv1.CodePayloadTooLarge, "the body exceeds the limit of %d bytes", mb.Limit)
 	case errors.Is(err, ErrNotFound):
@@ -51,14 +62,23 @@ func toAPIError(err error) *apiv1.Error {
 	return &apiv1.Error{Status: http.StatusInternalServerError, Code: apiv1.CodeInternal, Message: "internal error; see the server log"}
 }
 
-// writeError is the one place errors are written: the envelope {"error":{"code","message"}}.
+// writeError is the one place errors are written: the envelope {"error":{"code","message"}}, and
+// Retry-After when the error says when to come back.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae := toAPIError(err)
-	if ae.Code == apiv1.CodeInternal {
-		// The cause goes into this request's log line (observe), through the server's logger.
-		if rec, ok := w.(*recorder); ok {
-			rec.err = err
-		}
+	if ae.Code == apiv1.CodeInternal || errors.Is(err, codestore.ErrUnavailable) {
+		logCause(w, err)
+	}
+	if ae.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(ae.RetryAfter)))
 	}
 	writeJSON(w, ae.Status, apiv1.ErrorBody{Error: apiv1.ErrorDetail{Code: ae.Code, Message: ae.Message}})
+}
+
+// logCause puts err into this request's log line (observe), through the server's logger: the
+// details an answer does not show.
+func logCause(w http.ResponseWriter, err error) {
+	if rec, ok := w.(*recorder); ok {
+		rec.err = err
+	}
 }

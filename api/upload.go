@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -21,7 +22,8 @@ var zipTypes = map[string]bool{"application/zip": true, "application/x-zip-compr
 // upload takes a zip of the function's code. Order matters: the size limit is enforced while the
 // body is spooled to a temporary file (413 before anything is stored), the archive is checked with
 // the same rules the builder applies (400 with the reason), and only then is it stored under its
-// sha256 and recorded on the function. The same zip twice changes nothing.
+// sha256 and recorded on the function. The same zip twice changes nothing. A code store that does
+// not answer is 503 not_ready within seconds (codestore.DefaultTimeout), with nothing recorded.
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	ns, name := pathVar(r, "ns"), pathVar(r, "name")
 	ctx := r.Context()
@@ -81,7 +83,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	key := codestore.Key(ns, name, sum)
 	exists, err := s.b.Code.Exists(ctx, key)
 	if err != nil {
-		writeError(w, r, fmt.Errorf("checking the code store: %w", err))
+		storeFailed(w, r, fmt.Errorf("checking the code store: %w", err))
 		return
 	}
 	if !exists {
@@ -90,7 +92,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err := s.b.Code.Put(ctx, key, f, size); err != nil {
-			writeError(w, r, fmt.Errorf("storing the archive: %w", err))
+			storeFailed(w, r, fmt.Errorf("storing the archive: %w", err))
 			return
 		}
 	}
@@ -101,4 +103,17 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusAccepted, apiv1.UploadResponse{CodeSHA256: sum, Phase: s.functionView(ns, out).Status.Phase})
+}
+
+// storeFailed answers an upload the code store did not take. A store that does not answer
+// (codestore.ErrUnavailable) is 503 not_ready with Retry-After: nothing was recorded (the function
+// keeps its code and the version it serves), so the same upload can simply be sent again.
+func storeFailed(w http.ResponseWriter, r *http.Request, err error) {
+	if !errors.Is(err, codestore.ErrUnavailable) {
+		writeError(w, r, err)
+		return
+	}
+	logCause(w, err)
+	writeError(w, r, &apiv1.Error{Status: http.StatusServiceUnavailable, Code: apiv1.CodeNotReady, RetryAfter: unavailableRetry,
+		Message: "the code store is unavailable: the archive was not stored and the function is unchanged; retry the upload"})
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/testenv"
@@ -90,4 +91,108 @@ func TestS3(t *testing.T) {
 	if _, err := bad.Exists(ctx, "code/x"); err == nil {
 		t.Error("wrong credentials accepted")
 	}
+}
+
+// slowReader hands out its bytes a chunk at a time with a pause before each: a slow client whose
+// upload keeps moving.
+type slowReader struct {
+	*bytes.Reader
+	chunk int
+	pause time.Duration
+}
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	time.Sleep(s.pause)
+	return s.Reader.Read(p[:min(len(p), s.chunk)])
+}
+
+// An S3 server that is down (refuses connections) or hung (accepts them, answers nothing) is
+// reported as ErrUnavailable within the timeout, writes nothing, and the store works again once
+// the server is back; a body that keeps moving is not cut off however long it takes.
+func TestS3Unavailable(t *testing.T) {
+	m := testenv.MinIOProcess(t)
+	ctx := context.Background()
+	const timeout = time.Second
+	s, err := codestore.NewS3(ctx, codestore.S3Config{Bucket: "sless-code", Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnsureBucket(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept := codestore.Key("sless-0123456789abcdef", "hello", strings.Repeat("a", 64))
+	if err := s.Put(ctx, kept, strings.NewReader("before"), 6); err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB: more than the socket buffers take
+	missing := codestore.Key("sless-0123456789abcdef", "hello", strings.Repeat("b", 64))
+
+	for _, outage := range []struct {
+		name     string
+		down, up func() error
+		within   time.Duration
+	}{
+		{"stopped", func() error { m.Stop(); return nil }, m.Start, timeout + time.Second},
+		{"hung", m.Pause, m.Resume, timeout + 2*time.Second},
+	} {
+		t.Run(outage.name, func(t *testing.T) {
+			if err := outage.down(); err != nil {
+				t.Fatal(err)
+			}
+			ops := map[string]func() error{
+				"Exists": func() error { _, err := s.Exists(ctx, kept); return err },
+				"Get":    func() error { _, err := s.Get(ctx, kept); return err },
+				"Put":    func() error { return s.Put(ctx, missing, bytes.NewReader(big), int64(len(big))) },
+				"DeletePrefix": func() error {
+					return s.DeletePrefix(ctx, codestore.Prefix("sless-0123456789abcdef", "other"))
+				},
+			}
+			for name, op := range ops {
+				start := time.Now()
+				err := op()
+				took := time.Since(start)
+				t.Logf("%s while %s: %v after %v", name, outage.name, err, took.Round(time.Millisecond))
+				if !errors.Is(err, codestore.ErrUnavailable) {
+					t.Errorf("%s: %v, want ErrUnavailable", name, err)
+				}
+				if took > outage.within {
+					t.Errorf("%s answered after %v, want within %v", name, took, outage.within)
+				}
+			}
+			if err := outage.up(); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := s.Exists(ctx, missing); ok || err != nil {
+				t.Errorf("the cut-off Put left an object (%v, %v)", ok, err)
+			}
+			rc, err := s.Get(ctx, kept)
+			if err != nil {
+				t.Fatalf("after the outage: %v", err)
+			}
+			b, _ := io.ReadAll(rc)
+			rc.Close()
+			if string(b) != "before" {
+				t.Errorf("after the outage the object holds %q", b)
+			}
+		})
+	}
+
+	t.Run("a slow body that keeps moving", func(t *testing.T) {
+		body := bytes.Repeat([]byte("x"), 32<<10)
+		start := time.Now()
+		// 8 reads of 4 KiB, 0.3 s apart, per pass over the body (the SDK reads it twice: checksum,
+		// then send): far longer than the timeout.
+		if err := s.Put(ctx, missing, &slowReader{bytes.NewReader(body), 4 << 10, 300 * time.Millisecond}, int64(len(body))); err != nil {
+			t.Fatalf("after %v: %v", time.Since(start), err)
+		}
+		if took := time.Since(start); took < 2*timeout {
+			t.Errorf("took %v: the test did not outlast the timeout", took)
+		}
+	})
+	t.Run("a refusal is not an outage", func(t *testing.T) {
+		bad, _ := codestore.NewS3(ctx, codestore.S3Config{Bucket: "sless-code", Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: "wrong"})
+		if _, err := bad.Exists(ctx, kept); err == nil || errors.Is(err, codestore.ErrUnavailable) {
+			t.Errorf("wrong credentials: %v", err)
+		}
+	})
 }
