@@ -12,11 +12,10 @@ import (
 // metrics are the API's own Prometheus collectors, on a registry of their own (no global state,
 // so several servers can live in one test process).
 type metrics struct {
-	reg          *prometheus.Registry
-	requests     *prometheus.CounterVec
-	latency      *prometheus.HistogramVec
-	builds       *prometheus.CounterVec
-	buildSeconds prometheus.Histogram
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	builds   *BuildMetrics
 
 	// Per function (labels namespace, function): bounded by the functions there are (the
 	// tenant's function quota) and deleted with the function (forget).
@@ -97,13 +96,7 @@ func newMetrics() *metrics {
 			Name: "sless_http_request_duration_seconds", Help: "HTTP request latency by route template.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"route"}),
-		builds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sless_builds_total", Help: "Function builds by result (succeeded, failed).",
-		}, []string{"result"}),
-		buildSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sless_build_duration_seconds", Help: "Function build duration.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
-		}),
+		builds: NewBuildMetrics(),
 	}
 	fn := []string{"namespace", "function"}
 	m.fnRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -121,7 +114,45 @@ func newMetrics() *metrics {
 		Buckets: []float64{.05, .1, .2, .3, .4, .5, .75, 1, 1.5, 2, 3, 5, 10, 30},
 	}, fn)
 	m.reg.MustRegister(m.fnRequests, m.fnSeconds, m.coldStarts, m.coldStartSecs)
-	m.reg.MustRegister(m.requests, m.latency, m.builds, m.buildSeconds,
+	m.reg.MustRegister(m.requests, m.latency, m.builds,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
+}
+
+// BuildMetrics counts finished builds for /metrics: on the API's registry when the controllers
+// run in the same process, on the controller's own registry when they run apart.
+type BuildMetrics struct {
+	builds  *prometheus.CounterVec
+	seconds prometheus.Histogram
+}
+
+var _ prometheus.Collector = (*BuildMetrics)(nil)
+
+// NewBuildMetrics makes the build counters, registered nowhere yet.
+func NewBuildMetrics() *BuildMetrics {
+	return &BuildMetrics{
+		builds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sless_builds_total", Help: "Function builds by result (succeeded, failed).",
+		}, []string{"result"}),
+		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sless_build_duration_seconds", Help: "Function build duration.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
+	}
+}
+
+// Observe records a finished build ("succeeded" or "failed").
+func (b *BuildMetrics) Observe(result string, d time.Duration) {
+	b.builds.WithLabelValues(result).Inc()
+	b.seconds.Observe(d.Seconds())
+}
+
+func (b *BuildMetrics) Describe(ch chan<- *prometheus.Desc) {
+	b.builds.Describe(ch)
+	b.seconds.Describe(ch)
+}
+
+func (b *BuildMetrics) Collect(ch chan<- prometheus.Metric) {
+	b.builds.Collect(ch)
+	b.seconds.Collect(ch)
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -116,6 +117,8 @@ type Server struct {
 	view    *ServingView // where /fn/ reads functions and triggers per request
 	uploads *tenantLimits
 	act     *activator.Activator
+	// draining fails /readyz once the replica is told to stop.
+	draining atomic.Bool
 }
 
 // New makes the API on a backend.
@@ -203,8 +206,7 @@ func (s *Server) Metrics() *prometheus.Registry { return s.metrics.reg }
 
 // ObserveBuild records a finished build ("succeeded" or "failed") for /metrics.
 func (s *Server) ObserveBuild(result string, d time.Duration) {
-	s.metrics.builds.WithLabelValues(result).Inc()
-	s.metrics.buildSeconds.Observe(d.Seconds())
+	s.metrics.builds.Observe(result, d)
 }
 
 // routes is the whole router in one place.
@@ -252,7 +254,15 @@ func (s *Server) routes() *mux.Router {
 	return r
 }
 
+// Drain makes /readyz fail from now on (it latches): a replica told to stop leaves its Service's
+// endpoints while it finishes the requests it has (Serve's graceful shutdown).
+func (s *Server) Drain() { s.draining.Store(true) }
+
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeError(w, r, apiv1.Errorf(apiv1.CodeNotReady, "draining: this replica is shutting down"))
+		return
+	}
 	if err := s.o.ready(r.Context()); err != nil {
 		writeError(w, r, apiv1.Errorf(apiv1.CodeNotReady, "%v", err))
 		return

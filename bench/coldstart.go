@@ -790,7 +790,7 @@ func (k *kube) coldRun(ctx context.Context, ns, fn, sel, url string) (*coldRun, 
 func (k *kube) policyGate(ctx context.Context, env *k1n.Env, ns, fn string, on bool) (func() error, error) {
 	const flag = "--wait-for-network-policy"
 	set := func(on bool) error {
-		op, err := k.deployment(ctx, "sless-system", "sless-operator")
+		op, err := k.deployment(ctx, "sless-system", "sless-controller")
 		if err != nil {
 			return err
 		}
@@ -802,7 +802,7 @@ func (k *kube) policyGate(ctx context.Context, env *k1n.Env, ns, fn string, on b
 		if _, err := k.kc.AppsV1().Deployments("sless-system").Update(ctx, op, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
-		if _, err := runKubectl(ctx, env, "", "-n", "sless-system", "rollout", "status", "deploy/sless-operator", "--timeout=180s"); err != nil {
+		if _, err := runKubectl(ctx, env, "", "-n", "sless-system", "rollout", "status", "deploy/sless-controller", "--timeout=180s"); err != nil {
 			return err
 		}
 		for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {

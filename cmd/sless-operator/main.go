@@ -5,8 +5,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/go-logr/logr"
+	"io"
 	"log/slog"
+	"net/http"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/utils/ptr"
 	"net"
 	"os"
 	"os/signal"
@@ -88,6 +95,8 @@ type config struct {
 	loadsListen, loadsService                    string
 	indexHosts                                   []string
 	policyGate                                   bool
+	role                                         string
+	drainTimeout, shutdownDelay                  time.Duration
 	runtimes                                     runtimeFlags
 	quota                                        resources.TenantQuota
 
@@ -100,7 +109,10 @@ type config struct {
 func parseFlags(args []string) (*config, error) {
 	c := &config{runtimes: runtimeFlags{}, quota: resources.DefaultTenantQuota}
 	fs := flag.NewFlagSet("sless-operator", flag.ContinueOnError)
-	fs.StringVar(&c.listen, "listen", ":8080", "REST API and /fn/ address")
+	fs.StringVar(&c.role, "role", roleAll, "what this process runs: "+roleAPI+" (the REST API and /fn/: stateless, as many replicas as you like), "+roleController+" (the reconcilers, the autoscaler and the index proxy, active on the leader of the Lease only) or "+roleAll+" (both in one process)")
+	fs.StringVar(&c.listen, "listen", ":8080", "REST API and /fn/ address (with --role=controller: /healthz, /readyz and /metrics only)")
+	fs.DurationVar(&c.shutdownDelay, "shutdown-delay-duration", 0, "on SIGTERM, keep serving this long with /readyz failing before closing the listener (as kube-apiserver's flag): for load balancers that learn of a stopping replica only from its readiness (on Kubernetes the pod's preStop sleep does this)")
+	fs.DurationVar(&c.drainTimeout, "drain-timeout", 15*time.Minute, "on SIGTERM, how long the requests in flight (a function may run up to 15 min) may take to finish before the process exits; keep the pod's terminationGracePeriodSeconds above it")
 	fs.StringVar(&c.publicURL, "public-url", "http://127.0.0.1:8080", "base URL users reach the API at")
 	fs.StringVar(&c.fnDomain, "fn-domain", "", "also serve each function at its own origin https://<name>--<namespace>.<domain>/ (point a wildcard DNS record and certificate at the API; no host below it serves the API). Use a domain of its own, ideally on the Public Suffix List")
 	fs.StringVar(&c.registry, "registry", "", "registry host[:port] function images are pushed to (required)")
@@ -158,6 +170,9 @@ func parseFlags(args []string) (*config, error) {
 			return nil, errors.New("the --tenant-quota-* and --tenant-container-cpu values must be positive")
 		}
 	}
+	if c.role != roleAll && c.role != roleAPI && c.role != roleController {
+		return nil, fmt.Errorf("--role %q: want %s, %s or %s", c.role, roleAPI, roleController, roleAll)
+	}
 	if c.registry == "" || len(c.runtimes) == 0 {
 		return nil, errors.New("--registry and at least one --runtime are required")
 	}
@@ -170,122 +185,231 @@ func parseFlags(args []string) (*config, error) {
 	return c, nil
 }
 
+// Roles of a process (--role).
+const (
+	roleAll        = "all"
+	roleAPI        = "api"
+	roleController = "controller"
+)
+
+func (c *config) servesAPI() bool       { return c.role != roleController }
+func (c *config) runsControllers() bool { return c.role != roleAPI }
+
 func run(ctx context.Context, args []string) error {
 	cfg, err := parseFlags(args)
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("role", cfg.role)
 	// The controllers' and the Scaler's own lines go to the same log (they were dropped).
 	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
 	code, err := cfg.codeStore(ctx)
 	if err != nil {
 		return err
 	}
-	verifier, err := cfg.verifier(ctx, logger)
-	if err != nil {
-		return err
-	}
 	if err := cfg.loadRegistryAuth(); err != nil {
 		return err
 	}
-	if cfg.indexProxy != "" {
-		// Installers run tenant code and get no credential: the proxy adds the indexes' upstream.
-		p, err := indexproxy.New([]string{cfg.pipIndex, cfg.npmRegistry},
-			append(indexproxy.PublicHosts(cfg.pipIndex, cfg.npmRegistry), cfg.indexHosts...), logger)
-		if err != nil {
-			return err
-		}
-		ps, err := indexproxy.Listen(cfg.indexProxy, p)
-		if err != nil {
-			return err
-		}
-		defer ps.Close()
-	}
-	mgr, err := newManager(cfg.leaderElect, cfg.operatorNS)
+	// Only the controllers elect a leader: every API replica serves.
+	mgr, err := newManager(cfg.runsControllers() && cfg.leaderElect, cfg.operatorNS)
 	if err != nil {
 		return err
 	}
-	var srv *api.Server // builds are counted on its /metrics; the Scaler reads its activator
 	endpoints := &kubestore.EndpointResolver{Reader: mgr.GetClient()}
+	tenant := resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: cfg.tenantPull,
+		DepsEgress: splitList(cfg.egress), IndexProxyPort: cfg.proxyPort(), Quota: cfg.quota}
+	builds := api.NewBuildMetrics()
 	var scaler *controllers.Scaler
-	if cfg.autoscale {
-		decider, err := autoscale.New(autoscale.WithStableWindow(cfg.stableWindow), autoscale.WithPanicWindow(cfg.panicWindow))
-		if err != nil {
-			return err
-		}
-		// The load of every /fn/ replica, this process's included, read over HTTP: one code path
-		// for one replica or many.
-		scaler = controllers.NewScaler(controllers.Scaler{Client: mgr.GetClient(), Instances: endpoints, Decider: decider,
-			Loads: &controllers.LoadScraper{Reader: mgr.GetClient(), Namespace: cfg.operatorNS, Service: cfg.loadsService}})
-		if err := mgr.Add(scaler); err != nil {
+	if cfg.runsControllers() {
+		if scaler, err = cfg.setupControllerRole(ctx, mgr, code, endpoints, tenant, builds, logger); err != nil {
 			return err
 		}
 	}
-	if err := cfg.setupControllers(mgr, code, func(result string, d time.Duration) { srv.ObserveBuild(result, d) }); err != nil {
+
+	// The manager's informers feed /fn/ (EndpointSlices, Functions, Triggers): they run until the
+	// HTTP servers have drained, not just until the signal.
+	mctx, stopManager := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopManager()
+	errc := make(chan error, 1)
+	go func() { errc <- mgr.Start(mctx) }()
+	var serve func(context.Context) error
+	if cfg.servesAPI() {
+		serve, err = cfg.apiServer(ctx, mgr, code, endpoints, tenant, scaler, builds, logger)
+	} else {
+		serve, err = cfg.controllerServer(mgr, builds, logger)
+	}
+	if err != nil {
 		return err
+	}
+	serr := make(chan error, 1)
+	go func() { serr <- serve(ctx) }()
+	select {
+	case err := <-errc: // the manager stopped on its own: lost the Lease, or failed
+		return err
+	case err = <-serr:
+	}
+	stopManager()
+	if merr := <-errc; err == nil && ctx.Err() == nil {
+		err = merr
+	}
+	if ctx.Err() != nil && err == nil {
+		logger.Info("stopped")
+	}
+	return err
+}
+
+// setupControllerRole adds the reconcilers, the autoscaler, the index proxy and the pass that
+// brings existing tenants to the current configuration.
+func (c *config) setupControllerRole(ctx context.Context, mgr ctrl.Manager, code codestore.Store, endpoints *kubestore.EndpointResolver,
+	tenant resources.TenantConfig, builds *api.BuildMetrics, logger *slog.Logger) (*controllers.Scaler, error) {
+	if c.indexProxy != "" {
+		// Installers run tenant code and get no credential: the proxy adds the indexes' upstream.
+		// Every controller replica serves it, leader or not (a Service in front).
+		p, err := indexproxy.New([]string{c.pipIndex, c.npmRegistry},
+			append(indexproxy.PublicHosts(c.pipIndex, c.npmRegistry), c.indexHosts...), logger)
+		if err != nil {
+			return nil, err
+		}
+		ps, err := indexproxy.Listen(c.indexProxy, p)
+		if err != nil {
+			return nil, err
+		}
+		context.AfterFunc(ctx, func() { ps.Close() })
+	}
+	var scaler *controllers.Scaler
+	if c.autoscale {
+		decider, err := autoscale.New(autoscale.WithStableWindow(c.stableWindow), autoscale.WithPanicWindow(c.panicWindow))
+		if err != nil {
+			return nil, err
+		}
+		// The load of every /fn/ replica, this process's included, read over HTTP: one code path
+		// for one replica or many. Pokes come from the same endpoints (WatchPokes) when the API
+		// runs apart.
+		scaler = controllers.NewScaler(controllers.Scaler{Client: mgr.GetClient(), Instances: endpoints, Decider: decider,
+			Loads: &controllers.LoadScraper{Reader: mgr.GetClient(), Namespace: c.operatorNS, Service: c.loadsService}})
+		if err := mgr.Add(scaler); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.setupControllers(mgr, code, builds.Observe); err != nil {
+		return nil, err
+	}
+	// New quota values, policies and a rotated pull secret reach the tenants that exist already
+	// (the leader does it once per start; Ensure writes only what differs).
+	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return nil, err
+	}
+	return scaler, mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if err := kubestore.EnsureTenants(ctx, direct, tenant); err != nil && ctx.Err() == nil {
+			logger.Error("bringing tenant namespaces up to date", "error", err)
+		}
+		return nil
+	}))
+}
+
+// apiServer makes the REST API and /fn/ (and the internal loads listener); the returned func
+// serves until ctx ends, then drains: /readyz fails, new connections are refused, and the
+// requests in flight (held cold starts included) finish within --drain-timeout.
+func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore.Store, endpoints *kubestore.EndpointResolver,
+	tenant resources.TenantConfig, scaler *controllers.Scaler, builds *api.BuildMetrics, logger *slog.Logger) (func(context.Context) error, error) {
+	verifier, err := c.verifier(ctx, logger)
+	if err != nil {
+		return nil, err
 	}
 	// The API reads and writes through a direct client: the manager's cache is eventually
 	// consistent (a create followed by a get could miss) and not ready before it syncs.
 	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	tenant := resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: cfg.tenantPull,
-		DepsEgress: splitList(cfg.egress), IndexProxyPort: cfg.proxyPort(), Quota: cfg.quota}
 	// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
 	backend := kubestore.New(direct, code, tenant, endpoints)
 	backend.Instances = endpoints // /fn/ probes pods that are not ready yet itself
+	// A request with no instance waits while the Scaler starts one: poked directly in one process;
+	// apart, through /pokes on the loads listener, which the Scaler long-polls on every replica.
+	var pokes *api.Pokes
 	if scaler != nil {
-		// A request with no instance waits while the Scaler starts one: in this process, poked
-		// directly. (An API without the controllers gives its activator an api.Pokes instead and
-		// serves it with LoadsHandler: the Scaler polls every replica for pokes.)
 		backend.Scaler = scaler
+	} else if c.autoscale {
+		pokes = api.NewPokes()
+		backend.Scaler = pokes
 	}
-	// New quota values, policies and a rotated pull secret reach the tenants that exist already
-	// (the leader does it once per start; Ensure writes only what differs).
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		if err := kubestore.EnsureTenants(ctx, direct, tenant); err != nil && ctx.Err() == nil {
-			logger.Error("bringing tenant namespaces up to date", "error", err)
-		}
-		return nil
-	})); err != nil {
-		return err
-	}
-	// /fn/ reads functions and triggers from the manager's cache (the controllers watch both), not
-	// with two API round trips per request; the REST routes keep the direct client for
-	// read-after-write.
+	// /fn/ reads functions and triggers from the manager's cache, not with two API round trips per
+	// request; the REST routes keep the direct client for read-after-write.
 	backend.Serving = kubestore.ServingView(mgr.GetClient())
-	srv, err = api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(cfg.publicURL), api.WithFunctionDomain(cfg.fnDomain), api.WithUploadRate(cfg.uploadRate, cfg.uploadBurst), api.WithMaxHeld(cfg.maxHeld), api.WithReadiness(cachesSynced(mgr)))
+	srv, err := api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(c.publicURL), api.WithFunctionDomain(c.fnDomain),
+		api.WithUploadRate(c.uploadRate, c.uploadBurst), api.WithMaxHeld(c.maxHeld), api.WithReadiness(cachesSynced(mgr, servingKinds...)))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.listen)
+	if c.runsControllers() {
+		srv.Metrics().MustRegister(builds)
+	}
+	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	errc := make(chan error, 3)
-	go func() { errc <- mgr.Start(ctx) }()
-	go func() { errc <- api.Serve(ctx, api.NewHTTPServer("", srv.Handler(), logger), ln, 10*time.Second) }()
-	if cfg.loadsListen != "" {
-		// Internal only: the autoscaler reads every replica's load here every second.
-		lln, err := net.Listen("tcp", cfg.loadsListen)
-		if err != nil {
-			return err
+	var lln net.Listener
+	if c.loadsListen != "" {
+		if lln, err = net.Listen("tcp", c.loadsListen); err != nil {
+			ln.Close()
+			return nil, err
 		}
-		go func() {
-			if err := api.Serve(ctx, api.NewHTTPServer("", srv.LoadsHandler(nil), logger), lln, time.Second); err != nil && ctx.Err() == nil {
-				errc <- fmt.Errorf("serving the loads: %w", err)
-			}
-		}()
 	}
 	fmt.Fprintf(os.Stderr, "sless-operator: API and /fn/ on %s\n", ln.Addr())
-	err = <-errc
-	if ctx.Err() != nil {
-		<-errc // the other half is stopping too
-		return nil
+	return func(ctx context.Context) error {
+		// The loads listener outlives the public one: the autoscaler must see the held requests
+		// this replica still finishes.
+		lctx, stopLoads := context.WithCancel(context.WithoutCancel(ctx))
+		lerr := make(chan error, 1)
+		if lln != nil {
+			go func() {
+				lerr <- api.Serve(lctx, api.NewHTTPServer("", srv.LoadsHandler(pokes), logger), lln, time.Second)
+			}()
+		} else {
+			lerr <- nil
+		}
+		// On the signal /readyz fails at once; the listener closes --shutdown-delay-duration later.
+		sctx, shutdown := context.WithCancel(context.WithoutCancel(ctx))
+		defer shutdown()
+		context.AfterFunc(ctx, func() {
+			srv.Drain()
+			logger.Info("draining", "delay", c.shutdownDelay.String(), "timeout", c.drainTimeout.String())
+			time.AfterFunc(c.shutdownDelay, shutdown)
+		})
+		err := api.Serve(sctx, api.NewHTTPServer("", srv.Handler(), logger), ln, c.drainTimeout)
+		stopLoads()
+		if lerr := <-lerr; err == nil && ctx.Err() == nil && lerr != nil {
+			err = fmt.Errorf("serving the loads: %w", lerr)
+		}
+		return err
+	}, nil
+}
+
+// controllerServer serves the controller's /healthz, /readyz (the caches synced) and /metrics.
+func (c *config) controllerServer(mgr ctrl.Manager, builds *api.BuildMetrics, logger *slog.Logger) (func(context.Context) error, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(builds, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ready := cachesSynced(mgr)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return nil, err
 	}
-	return err
+	fmt.Fprintf(os.Stderr, "sless-operator: controller health and metrics on %s\n", ln.Addr())
+	return func(ctx context.Context) error {
+		return api.Serve(ctx, api.NewHTTPServer("", mux, logger), ln, time.Second)
+	}, nil
 }
 
 // loadRegistryAuth decides the registry credentials: derived from sless's registry keys, or
@@ -401,7 +525,9 @@ func newManager(leaderElect bool, namespace string) (ctrl.Manager, error) {
 	return ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Label: ours}}},
 		// A pod that stops hands the Lease on at once instead of letting it expire (15 s).
-		LeaderElection: leaderElect, LeaderElectionID: leaseName, LeaderElectionNamespace: namespace, LeaderElectionReleaseOnCancel: true})
+		LeaderElection: leaderElect, LeaderElectionID: leaseName, LeaderElectionNamespace: namespace, LeaderElectionReleaseOnCancel: true,
+		// A leader that dies without releasing (a node lost) is replaced within 12 s.
+		LeaseDuration: ptr.To(10 * time.Second), RenewDeadline: ptr.To(8 * time.Second), RetryPeriod: ptr.To(2 * time.Second)})
 }
 
 // setupControllers adds the reconcilers, with the build pipeline they share.
@@ -449,10 +575,14 @@ func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observ
 	return (&controllers.TriggerReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), PublicURL: c.publicURL, Recorder: recorder, PolicyGate: gate}).SetupWithManager(mgr)
 }
 
-// cachesSynced is the API's readiness (for the Service in front of it): the manager's caches are
-// synced, since /fn/ reads EndpointSlices from them. It latches: informers added later (lazily, on
-// a first read of a kind) must not flap readiness and take the API out of its Service.
-func cachesSynced(mgr ctrl.Manager) func(context.Context) error {
+// servingKinds are what /fn/ reads from the manager's cache: their informers start with the
+// manager, so that readiness means they are synced (informers are otherwise made on first read).
+var servingKinds = []client.Object{&discoveryv1.EndpointSlice{}, &slessv1.Function{}, &slessv1.Trigger{}}
+
+// cachesSynced is readiness (for the Service in front): the manager's caches are synced, with an
+// informer for each of kinds. It latches: informers added later (lazily, on a first read of a
+// kind) must not flap readiness and take the API out of its Service.
+func cachesSynced(mgr ctrl.Manager, kinds ...client.Object) func(context.Context) error {
 	var synced atomic.Bool
 	return func(ctx context.Context) error {
 		if synced.Load() {
@@ -460,6 +590,11 @@ func cachesSynced(mgr ctrl.Manager) func(context.Context) error {
 		}
 		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
+		for _, k := range kinds {
+			if _, err := mgr.GetCache().GetInformer(wctx, k, cache.BlockUntilSynced(false)); err != nil {
+				return fmt.Errorf("caches not started yet: %w", err)
+			}
+		}
 		if !mgr.GetCache().WaitForCacheSync(wctx) {
 			return errors.New("caches not synced yet")
 		}

@@ -72,8 +72,8 @@ func setupAndRun(m *testing.M) int {
 	if code != 0 {
 		// What the operator went through, before the cluster goes.
 		for _, args := range [][]string{{"-n", "sless-system", "get", "pods", "-o", "wide"},
-			{"-n", "sless-system", "logs", "deploy/sless-operator", "--previous", "--tail=40"},
-			{"-n", "sless-system", "logs", "deploy/sless-operator", "--tail=40"}} {
+			{"-n", "sless-system", "logs", "-l", "app.kubernetes.io/part-of=sless", "--prefix", "--previous", "--tail=40"},
+			{"-n", "sless-system", "logs", "-l", "app.kubernetes.io/part-of=sless", "--prefix", "--tail=40"}} {
 			out, _ := exec.Command(env.Kubectl[0], append(env.Kubectl[1:], args...)...).CombinedOutput()
 			fmt.Fprintf(os.Stderr, "--- kubectl %s\n%s\n", strings.Join(args, " "), out)
 		}

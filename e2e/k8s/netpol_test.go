@@ -102,7 +102,8 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 		return ""
 	}
 	victimIP := podIP(victim.Namespace(), client.MatchingLabels{"sless.dev/function": "app"})
-	operatorIP := podIP("sless-system", client.MatchingLabels{"app.kubernetes.io/name": "sless-operator"})
+	apiIP := podIP("sless-system", client.MatchingLabels{"app.kubernetes.io/name": "sless-api"})
+	controllerIP := podIP("sless-system", client.MatchingLabels{"app.kubernetes.io/name": "sless-controller"})
 	dnsIP := podIP("kube-system", client.MatchingLabels{"k8s-app": "kube-dns"})
 	var dnsSvc corev1.Service
 	if err := cluster.Kube.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "kube-dns"}, &dnsSvc); err != nil {
@@ -146,8 +147,10 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 		"tcp:" + cluster.Registry:                   "blocked", // the registry
 		"tcp:" + s3:                                 "blocked", // S3
 		"tcp:" + api:                                "blocked", // the API's NodePort
-		"tcp:" + operatorIP + ":8080":               "blocked", // the API's pod
-		"tcp:" + operatorIP + ":3128":               "blocked", // the index proxy: deps pods only
+		"tcp:" + apiIP + ":8080":                    "blocked", // the API's pod
+		"tcp:" + apiIP + ":9090":                    "blocked", // its load port
+		"tcp:" + controllerIP + ":8080":             "blocked", // the controller's metrics
+		"tcp:" + controllerIP + ":3128":             "blocked", // the index proxy: deps pods only
 		"tcp:" + apiSvc.Spec.ClusterIP + ":443":     "blocked", // the Kubernetes API
 		fmt.Sprintf("tcp:%s:%d", k1n.NodeIP, 6443):  "blocked", // … on the node
 		fmt.Sprintf("tcp:%s:%d", k1n.NodeIP, 10250): "blocked", // the kubelet
@@ -217,7 +220,7 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 	t.Run("from a dependency install", func(t *testing.T) {
 		probes := map[string]string{
 			"s3": cluster.S3Endpoint + "/", "api_nodeport": cluster.Endpoint + "/healthz",
-			"operator_pod": "http://" + operatorIP + ":8080/healthz", "victim_pod": "http://" + victimIP + ":8080/",
+			"operator_pod": "http://" + apiIP + ":8080/healthz", "victim_pod": "http://" + victimIP + ":8080/",
 			"kubelet": "http://" + k1n.NodeIP + ":10250/", "npm_direct": cluster.NPM.URL + "/leftpad-sless",
 		}
 		pkg := testenv.DepsAttackPackage(probes, cluster.NPMSecret, cluster.NPM.URL+"/leftpad-sless", cluster.S3Endpoint+"/")
@@ -227,7 +230,7 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 	t.Run("from a setup.py (pip)", func(t *testing.T) {
 		probes := map[string]string{
 			"s3": cluster.S3Endpoint + "/", "api_nodeport": cluster.Endpoint + "/healthz",
-			"operator_pod": "http://" + operatorIP + ":8080/healthz", "victim_pod": "http://" + victimIP + ":8080/",
+			"operator_pod": "http://" + apiIP + ":8080/healthz", "victim_pod": "http://" + victimIP + ":8080/",
 			"kubelet": "http://" + k1n.NodeIP + ":10250/", "pip_direct": cluster.PIP.URL + "/evil/",
 		}
 		file, data := testenv.PipAttackSdist(probes, cluster.NPMSecret, cluster.PIP.URL+"/evil/", cluster.S3Endpoint+"/")

@@ -10,7 +10,7 @@
 #   SLESS_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY  the code store (reachable from pods)
 #   SLESS_JWT_PUBLIC_KEY   PEM file: the API verifies RS256/ES256 tokens with it
 # and optionally SLESS_S3_BUCKET (sless-code), SLESS_NPM_REGISTRY, SLESS_PIP_INDEX_URL,
-# SLESS_DEPS_EGRESS. Writes $K1N/sless.env (SLESS_ENDPOINT, REGISTRY, OPERATOR_IMAGE, RUNTIME_*)
+# SLESS_DEPS_EGRESS, SLESS_DATABASE_URL (PostgreSQL for the invocation history; reachable from pods). Writes $K1N/sless.env (SLESS_ENDPOINT, REGISTRY, OPERATOR_IMAGE, RUNTIME_*)
 # and prints SLESS_ENDPOINT.
 . "$(dirname "$0")/common.sh"
 : "${SLESS_S3_ENDPOINT:?}" "${AWS_ACCESS_KEY_ID:?}" "${AWS_SECRET_ACCESS_KEY:?}" "${SLESS_JWT_PUBLIC_KEY:?}"
@@ -65,6 +65,12 @@ ixenv=$(mktemp); chmod 600 "$ixenv"
 printf 'PIP_INDEX_URL=%s\nNPM_REGISTRY=%s\n' "${SLESS_PIP_INDEX_URL:-}" "${SLESS_NPM_REGISTRY:-}" > "$ixenv"
 kc -n sless-system create secret generic sless-indexes --from-env-file="$ixenv" --dry-run=client -o yaml | kc_apply -f - >/dev/null
 rm -f "$ixenv"
+if [ -n "${SLESS_DATABASE_URL:-}" ]; then
+  dbenv=$(mktemp); chmod 600 "$dbenv"
+  printf 'DATABASE_URL=%s\n' "$SLESS_DATABASE_URL" > "$dbenv"
+  kc -n sless-system create secret generic sless-database --from-env-file="$dbenv" --dry-run=client -o yaml | kc_apply -f - >/dev/null
+  rm -f "$dbenv"
+fi
 # The registry's keys, shared by `sless registry` and the operator (which derives each tenant's
 # pull credential and each deps Job's push credential from them), and the node's pull-only
 # credential for the operator's own image.
@@ -88,7 +94,7 @@ patches:
   - path: config.yaml
   - path: service.yaml
   - path: autoscale.yaml
-    target: {kind: Deployment, name: sless-operator}
+    target: {kind: Deployment, name: sless-controller}
 YAML
 # Shorter autoscaling windows than production's (60 s / 6 s), so the e2e sees a scale to zero
 # within seconds of its idle timeout (SLESS_AUTOSCALE_STABLE_WINDOW etc. override).
@@ -130,17 +136,20 @@ spec:
       targetPort: 8080
       nodePort: $NODEPORT
 YAML
-log "kubectl apply -k (CRDs, RBAC, the operator Deployment and Service)"
+log "kubectl apply -k (CRDs, RBAC, the sless-api and sless-controller Deployments, Services)"
+# The single sless-operator Deployment of earlier installs is replaced by the two.
+kc -n sless-system delete deploy/sless-operator networkpolicy/sless-operator --ignore-not-found --wait=false >/dev/null 2>&1 || true
 kc apply -k "$OVERLAY/e2e" >/dev/null
-# A changed ConfigMap alone does not restart the pod; the image digest usually changes with it.
-kc -n sless-system rollout restart deploy/sless-operator >/dev/null
-if ! kc -n sless-system rollout status deploy/sless-operator --timeout=120s >/dev/null; then
+# A changed ConfigMap or Secret alone does not restart the pods; the image digest usually changes with it.
+kc -n sless-system rollout restart deploy/sless-api deploy/sless-controller >/dev/null
+if ! { kc -n sless-system rollout status deploy/sless-controller --timeout=180s >/dev/null &&
+       kc -n sless-system rollout status deploy/sless-api --timeout=180s >/dev/null; }; then
   kc -n sless-system get pods -o wide >&2 || true
   for p in $(kc -n sless-system get pods -o name); do
     kc -n sless-system describe "$p" | sed -n '/^Events:/,$p' | tail -8 >&2 || true
     kc -n sless-system logs "$p" --tail=20 >&2 || kc -n sless-system logs "$p" --previous --tail=20 >&2 || true
   done
-  die "the operator did not become ready"
+  die "sless did not become ready"
 fi
 # The old pod's endpoint lingers in kube-proxy's rules for a moment after the rollout: wait for
 # five answers in a row.

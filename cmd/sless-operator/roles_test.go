@@ -1,0 +1,283 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/api/auth"
+	apiclient "github.com/sless-dev/sless/api/client"
+	"github.com/sless-dev/sless/internal/kubetest"
+	"github.com/sless-dev/sless/internal/regauth"
+	"github.com/sless-dev/sless/internal/testenv"
+	"github.com/sless-dev/sless/layers"
+)
+
+// process is one sless-operator process of a test, its output kept.
+type process struct {
+	name string
+	addr string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+}
+
+func (p *process) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+func (p *process) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// The production topology on a real kube-apiserver: two API processes and two controller
+// processes. The API serves without any controller in its process (a build happens on the
+// controller leader), only one controller leads, the standby takes over when the leader stops, and
+// a stopping API replica fails /readyz, finishes the request it holds and exits cleanly.
+func TestRolesApart(t *testing.T) {
+	env := kubetest.Start(t)
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sless-system"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	reg, keysDir := testenv.AuthRegistry(t)
+	keys, err := regauth.Load(keysDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := layers.FromFS(fstest.MapFS{"server.py": {Data: []byte("print('server')\n")}}, layers.WithPrefix("/app"))
+	img, _ := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), l)
+	ref, _ := name.ParseReference(reg + "/sless/runtime-python3.11:latest")
+	if err := remote.Write(ref, img, remote.WithAuth(keys.Platform().Authenticator())); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sless-operator")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building: %v\n%s", err, out)
+	}
+	secret := "0123456789abcdef0123456789abcdef-roles"
+	os.WriteFile(filepath.Join(dir, "secret"), []byte(secret), 0o600)
+	codeDir := filepath.Join(dir, "code") // shared by every process, as S3 would be
+	kubeconfig := env.Kubeconfig(t)
+	start := func(name, role string, extra ...string) *process {
+		p := &process{name: name, addr: testenv.FreeAddr(t), done: make(chan struct{})}
+		args := append([]string{"--role", role, "--listen", p.addr, "--public-url", "http://" + p.addr, "--registry", reg, "--code-dir", codeDir,
+			"--hs256-secret-file", filepath.Join(dir, "secret"), "--runtime", "python3.11=" + ref.Context().Digest(d.String()).String(),
+			"--registry-auth-dir", keysDir}, extra...)
+		p.cmd = exec.Command(bin, args...)
+		p.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		p.cmd.Stdout, p.cmd.Stderr = p, p
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { p.cmd.Wait(); close(p.done) }()
+		t.Cleanup(func() {
+			p.cmd.Process.Signal(os.Interrupt)
+			<-p.done
+			if t.Failed() {
+				t.Logf("--- %s:\n%s", p.name, p.logs())
+			}
+		})
+		return p
+	}
+	ready := func(p *process) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if resp, err := http.Get("http://" + p.addr + "/readyz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					return
+				}
+			}
+			if p.exited() || time.Now().After(deadline) {
+				t.Fatalf("%s not ready:\n%s", p.name, p.logs())
+			}
+		}
+	}
+	apiA := start("api-a", "api", "--loads-listen", testenv.FreeAddr(t), "--shutdown-delay-duration", "1s")
+	apiB := start("api-b", "api", "--loads-listen", testenv.FreeAddr(t))
+	ctlA := start("controller-a", "controller")
+	ctlB := start("controller-b", "controller")
+	for _, p := range []*process{apiA, apiB, ctlA, ctlB} {
+		ready(p)
+	}
+	// Builds happen on the controllers: their /metrics counts them.
+	if body := get(t, "http://"+ctlA.addr+"/metrics"); !strings.Contains(body, "sless_build_duration_seconds_count") {
+		t.Errorf("controller /metrics:\n%.500s", body)
+	}
+
+	token, _ := auth.IssueHS256([]byte(secret), "roles-user", time.Hour)
+	clientOf := func(p *process) *apiclient.Client {
+		c, _ := apiclient.New("http://"+p.addr, token)
+		return c
+	}
+	built := func(c *apiclient.Client, fn string) {
+		t.Helper()
+		if _, err := c.CreateFunction(ctx, apiv1.Function{Name: fn, Runtime: "python3.11", TimeoutSec: 2}); err != nil {
+			t.Fatal(err)
+		}
+		z := testenv.Zip(map[string]string{"handler.py": "def handle(e): return '" + fn + "'\n"})
+		if _, err := c.Upload(ctx, fn, bytes.NewReader(z), int64(len(z))); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			f, _ := c.GetFunction(ctx, fn)
+			if f != nil && strings.Contains(f.Status.Image, "@sha256:") {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not built: %+v", fn, f)
+			}
+		}
+	}
+	c := clientOf(apiA)
+	if err := c.EnsureNamespace(ctx); err != nil {
+		t.Fatal(err)
+	}
+	built(c, "first")
+
+	// Exactly one controller leads.
+	leader, standby := ctlA, ctlB
+	holder := func() string {
+		var lease coordinationv1.Lease
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "sless-system", Name: "sless-operator.sless.dev"}, &lease); err != nil || lease.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *lease.Spec.HolderIdentity
+	}
+	const acquired = "successfully acquired lease"
+	switch a, b := strings.Contains(ctlA.logs(), acquired), strings.Contains(ctlB.logs(), acquired); {
+	case a && b, !a && !b:
+		t.Fatalf("leaders: controller-a %v, controller-b %v (lease held by %q)", a, b, holder())
+	case b:
+		leader, standby = ctlB, ctlA
+	}
+	before := holder()
+	if before == "" {
+		t.Fatal("no lease holder")
+	}
+
+	// The leader stops: it releases the Lease and the standby takes over and builds.
+	stopped := time.Now()
+	leader.cmd.Process.Signal(os.Interrupt)
+	<-leader.done
+	var took time.Duration
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if h := holder(); h != "" && h != before && strings.Contains(standby.logs(), acquired) {
+			took = time.Since(stopped)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the standby did not take over within 15 s (holder %q)", holder())
+		}
+	}
+	t.Logf("failover: the standby leads %v after the leader was told to stop", took.Round(time.Millisecond))
+	built(clientOf(apiB), "second")
+
+	// A stopping API replica: a request it holds (no instance will ever come up here) is answered,
+	// /readyz fails during the shutdown delay while other requests are still served, and it exits 0.
+	held := make(chan int, 1)
+	go func() {
+		resp, err := http.Get("http://" + apiA.addr + "/fn/" + c.Namespace() + "/first")
+		if err != nil {
+			held <- -1
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		held <- resp.StatusCode
+	}()
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(get(t, "http://"+apiA.addr+"/metrics"), `sless_function_held_requests{function="first"`); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the request is not held")
+		}
+	}
+	apiA.cmd.Process.Signal(os.Interrupt)
+	for deadline := time.Now().Add(900 * time.Millisecond); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + apiA.addr + "/readyz")
+		if err != nil {
+			t.Fatalf("/readyz during the shutdown delay: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d after the signal", resp.StatusCode)
+		}
+	}
+	if _, err := c.GetFunction(ctx, "first"); err != nil {
+		t.Errorf("a request during the shutdown delay: %v", err)
+	}
+	select {
+	case code := <-held:
+		if code != http.StatusGatewayTimeout {
+			t.Errorf("the held request was answered %d, want 504 after the function's timeout", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held request was not answered")
+	}
+	select {
+	case <-apiA.done:
+		if code := apiA.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("api-a exited %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("api-a did not exit")
+	}
+	if !strings.Contains(apiA.logs(), `"msg":"draining"`) {
+		t.Errorf("no draining line in api-a's log")
+	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return string(b)
+}
