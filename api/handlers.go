@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -219,16 +220,24 @@ func (s *Server) invocations(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, notFound("function", name, err))
 		return
 	}
-	limit := 100
+	q := InvocationQuery{Limit: DefaultInvocationLimit}
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			writeError(w, r, invalid("limit %q must be between 1 and 1000", v))
+		if err != nil || n < 1 || n > MaxInvocationLimit {
+			writeError(w, r, invalid("limit %q must be between 1 and %d", v, MaxInvocationLimit))
 			return
 		}
-		limit = n
+		q.Limit = n
 	}
-	items, err := s.b.Invocations.List(r.Context(), ns, name, limit)
+	if v := r.URL.Query().Get("before"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			writeError(w, r, invalid("before %q is not an RFC 3339 time such as 2006-01-02T15:04:05.999999Z (URL-encode a + offset as %%2B)", v))
+			return
+		}
+		q.Before = t
+	}
+	items, err := s.b.Invocations.List(r.Context(), ns, name, q)
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -2,13 +2,15 @@ package api
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/sless-dev/sless/api/apiv1"
 )
 
-// InvocationRing keeps the last N invocations per function in memory (the Kubernetes backend's
-// records until a durable store exists; the single host persists its own).
+// InvocationRing keeps the last N invocations per function in memory: the unit tests' store, the
+// single host's index over what it persists in bbolt, and the Kubernetes backend's history when no
+// database is configured (api/pgstore keeps it in PostgreSQL).
 type InvocationRing struct {
 	n  int
 	mu sync.Mutex
@@ -50,21 +52,29 @@ func (r *InvocationRing) Record(_ context.Context, ns, name string, inv apiv1.In
 	rg.next = (rg.next + 1) % r.n
 }
 
-// List returns up to limit records, newest first.
-func (r *InvocationRing) List(_ context.Context, ns, name string, limit int) ([]apiv1.Invocation, error) {
+// List returns up to q.Limit records strictly older than q.Before (if set), newest first.
+func (r *InvocationRing) List(_ context.Context, ns, name string, q InvocationQuery) ([]apiv1.Invocation, error) {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = DefaultInvocationLimit
+	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	rg := r.m[ns+"/"+name]
 	out := []apiv1.Invocation{}
-	if rg == nil {
-		return out, nil
+	if rg != nil {
+		n := len(rg.items)
+		newest := (rg.next - 1 + n) % n // rg.next is 0 until the ring is full: the newest is the last
+		for i := range n {
+			if inv := rg.items[(newest-i+n)%n]; q.Before.IsZero() || inv.Time.Before(q.Before) {
+				out = append(out, inv)
+			}
+		}
 	}
-	n := len(rg.items)
-	newest := (rg.next - 1 + n) % n // rg.next is 0 until the ring is full: the newest is the last
-	for i := 0; i < n && len(out) < limit; i++ {
-		out = append(out, rg.items[(newest-i+n)%n])
-	}
-	return out, nil
+	r.mu.Unlock()
+	// Records arrive as calls end, not as they start (their Time): order by Time, so that a
+	// before cursor pages without skipping or repeating.
+	slices.SortStableFunc(out, func(a, b apiv1.Invocation) int { return b.Time.Compare(a.Time) })
+	return out[:min(limit, len(out))], nil
 }
 
 // Forget drops a function's records (when it is deleted).

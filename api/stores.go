@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"time"
 
 	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api/apiv1"
@@ -116,11 +117,29 @@ type Resolver interface {
 
 // Invocations records calls through /fn/ and lists them newest first.
 type Invocations interface {
+	// Record keeps one call. It is on /fn/'s path: it must not block on I/O.
 	Record(ctx context.Context, ns, name string, inv apiv1.Invocation)
-	List(ctx context.Context, ns, name string, limit int) ([]apiv1.Invocation, error)
+	// List returns a function's records newest first, as q selects. A store that cannot answer
+	// now (its database is away) returns *NotReadyError.
+	List(ctx context.Context, ns, name string, q InvocationQuery) ([]apiv1.Invocation, error)
 	// Forget drops a deleted function's records.
 	Forget(ctx context.Context, ns, name string) error
 }
+
+// InvocationQuery selects a page of a function's invocations.
+type InvocationQuery struct {
+	// Limit is the most records returned; ≤ 0 means DefaultInvocationLimit.
+	Limit int
+	// Before, when set, keeps only records strictly older than it (the Time of the last record of
+	// the previous page); zero starts at the newest.
+	Before time.Time
+}
+
+// DefaultInvocationLimit and MaxInvocationLimit bound GET …/invocations?limit=.
+const (
+	DefaultInvocationLimit = 100
+	MaxInvocationLimit     = 1000
+)
 
 // Backend is everything the API needs from a platform.
 type Backend struct {

@@ -99,7 +99,7 @@ func testProxyErrors(t *testing.T, bk Backend) {
 		t.Errorf("unknown namespace: %d %s", code, ecode)
 	}
 	// Unknown names leave no records (the route is public; records are bounded per real function).
-	if inv, _ := e.Srv.Invocations().List(ctx, e.NS, "ghost", 10); len(inv) != 0 {
+	if inv, _ := e.Srv.Invocations().List(ctx, e.NS, "ghost", api.InvocationQuery{Limit: 10}); len(inv) != 0 {
 		t.Errorf("records for an unknown function: %v", inv)
 	}
 

@@ -26,6 +26,7 @@ func Run(t *testing.T, b Backend) {
 		{"FunctionMetrics", testFunctionMetrics},
 		{"ErrorEnvelopeEverywhere", testErrorEnvelopeEverywhere},
 		{"FunctionQuota", testFunctionQuota},
+		{"InvocationsPaging", testInvocationsPaging},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, b) })
 	}

@@ -113,6 +113,7 @@ func (c *Client) nsPath(format string, args ...any) string {
 // as *apiv1.Error.
 func (c *Client) do(ctx context.Context, method, path, ctype string, body io.Reader, size int64, out any) error {
 	u := *c.base
+	path, u.RawQuery, _ = strings.Cut(path, "?") // nsPath escapes a "?" in names
 	u.Path = c.base.Path + path
 	u.RawPath = ""
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
@@ -251,10 +252,29 @@ func (c *Client) Upload(ctx context.Context, name string, zip io.Reader, size in
 	}
 }
 
-// Invocations lists a function's recent invocations, newest first.
+// Invocations lists a function's recent invocations, newest first (the server's default page:
+// the newest 100).
 func (c *Client) Invocations(ctx context.Context, name string) ([]apiv1.Invocation, error) {
+	return c.ListInvocations(ctx, name, 0, time.Time{})
+}
+
+// ListInvocations lists up to limit of a function's invocations (1–1000; 0 is the server's
+// default, 100), newest first, only those strictly older than before unless it is zero. The next
+// page is the one before the last item's Time.
+func (c *Client) ListInvocations(ctx context.Context, name string, limit int, before time.Time) ([]apiv1.Invocation, error) {
+	q := url.Values{}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if !before.IsZero() {
+		q.Set("before", before.UTC().Format(time.RFC3339Nano))
+	}
+	path := c.nsPath("/functions/%s/invocations", name)
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
 	var l apiv1.List[apiv1.Invocation]
-	err := c.doJSON(ctx, http.MethodGet, c.nsPath("/functions/%s/invocations", name), nil, &l)
+	err := c.doJSON(ctx, http.MethodGet, path, nil, &l)
 	return l.Items, err
 }
 

@@ -62,9 +62,10 @@ func (iv *Invocations) Record(ctx context.Context, ns, name string, inv apiv1.In
 	iv.mu.Unlock()
 }
 
-// List returns up to limit records, newest first.
-func (iv *Invocations) List(ctx context.Context, ns, name string, limit int) ([]apiv1.Invocation, error) {
-	return iv.ring.List(ctx, ns, name, limit)
+// List returns up to q.Limit records older than q.Before (if set), newest first, from the ring
+// that holds everything kept (the newest KeepInvocations per function, persisted or pending).
+func (iv *Invocations) List(ctx context.Context, ns, name string, q api.InvocationQuery) ([]apiv1.Invocation, error) {
+	return iv.ring.List(ctx, ns, name, q)
 }
 
 // Forget drops a deleted function's records.
