@@ -57,6 +57,8 @@ var allowed = map[string][]string{
 	"internal/k1n":      {"codestore", "internal/kubetest", "internal/regauth", "internal/testenv"},
 	"internal/depcheck": {},
 
+	"internal/faultproxy": {"internal/ports"}, // a fault-injecting reverse proxy for tests
+
 	"cmd/sless":                    anything,
 	"cmd/sless-operator":           anything,
 	"cmd/terraform-provider-sless": {"provider"},
