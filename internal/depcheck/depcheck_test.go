@@ -27,6 +27,7 @@ var allowed = map[string][]string{
 	"activator":             {},
 	"api/memstore":          {"api", "api/apiv1", "codestore"},
 	"api/apitest":           {"api", "api/apiv1", "api/auth", "api/client", "api/memstore", "codestore"},
+	"api/pgstore":           {"api", "api/apiv1"}, // the invocation history in PostgreSQL (pgx, goose, prometheus)
 	"layers":                {},
 	"deps":                  {"layers"},
 	"oci":                   {"api/apiv1", "layers"},
@@ -73,7 +74,7 @@ var allowed = map[string][]string{
 
 // noKubernetes may not depend on Kubernetes, directly or not: the build pipeline and the API run
 // on a single host without it.
-var noKubernetes = []string{"activator", "api/apiv1", "api/client", "api/auth", "api", "api/memstore", "layers", "deps", "oci", "runtimes",
+var noKubernetes = []string{"activator", "api/apiv1", "api/client", "api/auth", "api", "api/memstore", "api/pgstore", "layers", "deps", "oci", "runtimes",
 	"runspec", "codestore", "build", "local/state", "local/podman", "local/runner", "local/runtimeimages", "provider"}
 
 type pkg struct {
@@ -179,6 +180,28 @@ func TestStdlibOnly(t *testing.T) {
 			if dep != mod+rel && !slices.Contains(ok, dep) {
 				t.Errorf("%s must use only the standard library but depends on %s", rel, dep)
 			}
+		}
+	}
+}
+
+// The invocation history in PostgreSQL is the Kubernetes backend's, wired in by the commands: no
+// library imports it (the API and the single host know only api.Invocations), and it brings in
+// only its driver, its migration library and metrics.
+func TestPostgresStoreStaysAtTheEdge(t *testing.T) {
+	thirdParty := []string{"github.com/jackc/pgx/v5", "github.com/pressly/goose/v3", "github.com/prometheus/client_golang/", "golang.org/x/sync/"}
+	for _, p := range list(t) {
+		rel := strings.TrimPrefix(p.ImportPath, mod)
+		if rel == "api/pgstore" {
+			for _, dep := range p.Imports {
+				if strings.Contains(strings.Split(dep, "/")[0], ".") && !strings.HasPrefix(dep, mod) &&
+					!slices.ContainsFunc(thirdParty, func(prefix string) bool { return strings.HasPrefix(dep, prefix) }) {
+					t.Errorf("api/pgstore imports %s: only pgx, goose, prometheus and x/sync", dep)
+				}
+			}
+			continue
+		}
+		if slices.Contains(p.Imports, mod+"api/pgstore") && !strings.HasPrefix(rel, "cmd/") {
+			t.Errorf("%s imports api/pgstore: only cmd/ wires it (others take an api.Invocations)", rel)
 		}
 	}
 }
