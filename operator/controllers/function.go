@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -17,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -70,6 +72,10 @@ type FunctionReconciler struct {
 	// DefaultCleanupTimeout); OperatorNamespace holds the record of the ones it gave up on.
 	CleanupTimeout    time.Duration
 	OperatorNamespace string
+
+	// retries are the platform failures in a row of each Function's current build (buildRetry).
+	retriesMu sync.Mutex
+	retries   map[types.NamespacedName]buildRetry
 }
 
 func (r *FunctionReconciler) event(fn *slessv1.Function, typ, reason, format string, args ...any) {
@@ -114,9 +120,13 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	logger := log.FromContext(ctx)
 	var fn slessv1.Function
 	if err := r.Get(ctx, req.NamespacedName, &fn); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forgetRetry(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !fn.DeletionTimestamp.IsZero() {
+		r.forgetRetry(req.NamespacedName)
 		return r.finalize(ctx, &fn)
 	}
 	if controllerutil.AddFinalizer(&fn, Finalizer) {
@@ -139,6 +149,11 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if fn.Status.Image == "" || fn.Status.Build == nil || fn.Status.Build.Key != key {
 		if fn.Status.FailedBuildKey == key {
 			return ctrl.Result{}, r.writeStatus(ctx, &fn, before) // this build failed already; a new upload or spec retries
+		}
+		if wait := r.retryWait(req.NamespacedName, key); wait > 0 {
+			// The platform failed this build a moment ago: whatever woke us (our own status
+			// write, an owned object) does not bring the next attempt forward.
+			return ctrl.Result{RequeueAfter: wait}, r.writeStatus(ctx, &fn, before)
 		}
 		res, err := r.build(ctx, &fn, before, breq, key)
 		if err != nil || res.RequeueAfter > 0 {
@@ -284,8 +299,9 @@ func (r *FunctionReconciler) writeStatus(ctx context.Context, fn *slessv1.Functi
 const depsPoll = 10 * time.Second
 
 // build runs the pipeline for the Function's current code. A user error becomes Failed with the
-// build's key latched and a terminal error (no hot loop); the platform's errors are retried with
-// backoff; a pending dependency layer requeues.
+// build's key latched and a terminal error (no hot loop); the platform's errors (a registry that
+// refuses pushes, a code store that does not answer) become Failed saying when the build is
+// retried, with backoff (buildRetry); a pending dependency layer requeues.
 func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, before *slessv1.FunctionStatus, breq build.Request, key string) (ctrl.Result, error) {
 	if fn.Status.Phase != apiv1.PhaseBuilding {
 		fn.MarkBuilding()
@@ -308,6 +324,12 @@ func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, be
 			return ctrl.Result{}, ctx.Err()
 		}
 		reason, msg := build.Reason(err), build.Message(err)
+		if build.IsUserError(err) {
+			r.forgetRetry(client.ObjectKeyFromObject(fn))
+		} else {
+			n, wait := r.retryAfter(client.ObjectKeyFromObject(fn), key)
+			msg = fmt.Sprintf("%s (attempt %d; retrying in %s)", strings.TrimSpace(msg), n, wait)
+		}
 		fn.MarkFailed(reason, msg)
 		if build.IsUserError(err) {
 			fn.Status.FailedBuildKey = key
@@ -323,6 +345,7 @@ func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, be
 		}
 		return ctrl.Result{}, err
 	}
+	r.forgetRetry(client.ObjectKeyFromObject(fn))
 	now := metav1.Now()
 	fn.MarkBuilt(res.Image, slessv1.BuildStatus{Key: res.Key, DurationMS: res.Duration.Milliseconds(), DepsKey: res.DepsKey, DepsCached: res.DepsCached})
 	fn.Status.LastBuiltAt = &now
@@ -336,6 +359,66 @@ func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, be
 		}
 	}
 	return ctrl.Result{}, nil
+}
+
+// Platform build failures are retried after buildRetryBase, doubling with each failure in a row up
+// to buildRetryMax: a registry or code store that is down for a while is not hammered, and once
+// it is back the build runs within buildRetryMax (a backoff grown to minutes would make a short
+// outage cost far more than itself).
+const (
+	buildRetryBase = time.Second
+	buildRetryMax  = 30 * time.Second
+)
+
+// buildRetry is when a Function's build may run again after failures of the platform. It lives in
+// memory: a restarted (or newly elected) operator tries at once. Without it, the status written
+// on each failure (Building, then Failed) is itself an event that starts the next attempt at
+// once, whatever backoff the work queue would apply: with an error that fails fast (the registry
+// answering 403, no dependency installs configured) that was a loop of builds, status writes and
+// Events as fast as they went.
+type buildRetry struct {
+	key      string // the build failed (another key builds at once)
+	failures int
+	next     time.Time
+}
+
+// retryWait is how long the Function's build of key must still wait, 0 if it may run.
+func (r *FunctionReconciler) retryWait(fn types.NamespacedName, key string) time.Duration {
+	r.retriesMu.Lock()
+	defer r.retriesMu.Unlock()
+	b, ok := r.retries[fn]
+	if !ok || b.key != key {
+		return 0
+	}
+	return max(0, time.Until(b.next))
+}
+
+// retryAfter records a platform failure of the Function's build of key: how many in a row, and
+// how long until the next attempt.
+func (r *FunctionReconciler) retryAfter(fn types.NamespacedName, key string) (int, time.Duration) {
+	r.retriesMu.Lock()
+	defer r.retriesMu.Unlock()
+	if r.retries == nil {
+		r.retries = map[types.NamespacedName]buildRetry{}
+	}
+	b := r.retries[fn]
+	if b.key != key {
+		b = buildRetry{key: key}
+	}
+	b.failures++
+	wait := buildRetryMax
+	if b.failures <= 16 {
+		wait = min(buildRetryMax, buildRetryBase<<(b.failures-1))
+	}
+	b.next = time.Now().Add(wait)
+	r.retries[fn] = b
+	return b.failures, wait
+}
+
+func (r *FunctionReconciler) forgetRetry(fn types.NamespacedName) {
+	r.retriesMu.Lock()
+	defer r.retriesMu.Unlock()
+	delete(r.retries, fn)
 }
 
 // Annotations an operator before the shared build pipeline kept its build identity in.
