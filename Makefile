@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin
 export SLESS_CACHE ?= $(HOME)/.cache/sless
 
-.PHONY: all build test bench fmt vet tools demo lint clean e2e e2e-k8s manifests
+.PHONY: all build test bench bench-soak fmt vet tools demo lint clean e2e e2e-k8s manifests
 
 all: build
 
@@ -59,6 +59,14 @@ bench: tools
 	@hack/install-go-tools.sh kaniko
 	@hack/build-bases.sh bench-debian >/dev/null
 	$(GO) run ./bench $(BENCH_FLAGS)
+	@$(MAKE) --no-print-directory bench-soak
+
+# The soak on the real cluster (issue 17): 10 minutes of mixed /fn/ load through both API
+# replicas, RSS of every sless pod every 5 s, the invocation rows in PostgreSQL against the requests
+# (make test runs the same test for 60 s).
+bench-soak: tools
+	@set -o pipefail; PATH="$(SLESS_CACHE)/bin:$$PATH" SLESS_REQUIRE_REAL=1 SLESS_SOAK_DURATION=$${SLESS_SOAK_DURATION:-10m} \
+	  $(GO) test -count=1 -v -timeout 40m -run 'TestSoak$$' ./e2e/k8s/ | grep -v '^\['
 
 # Cold starts only (issue 16): the real single-node cluster beside the Kubernetes readiness path,
 # the ramp, and sless up (needs root, hack/k8s's binaries and podman).

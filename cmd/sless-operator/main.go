@@ -39,6 +39,7 @@ import (
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/api/pgstore"
 	"github.com/sless-dev/sless/autoscale"
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/codestore"
@@ -97,6 +98,8 @@ type config struct {
 	policyGate                                   bool
 	role                                         string
 	drainTimeout, shutdownDelay                  time.Duration
+	databaseURL                                  string
+	retention                                    time.Duration
 	runtimes                                     runtimeFlags
 	quota                                        resources.TenantQuota
 
@@ -111,6 +114,9 @@ func parseFlags(args []string) (*config, error) {
 	fs := flag.NewFlagSet("sless-operator", flag.ContinueOnError)
 	fs.StringVar(&c.role, "role", roleAll, "what this process runs: "+roleAPI+" (the REST API and /fn/: stateless, as many replicas as you like), "+roleController+" (the reconcilers, the autoscaler and the index proxy, active on the leader of the Lease only) or "+roleAll+" (both in one process)")
 	fs.StringVar(&c.listen, "listen", ":8080", "REST API and /fn/ address (with --role=controller: /healthz, /readyz and /metrics only)")
+	// The URL carries a password: from the environment (a Secret), never from argv.
+	fs.StringVar(&c.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL (≥ 14) keeping the invocation history of /fn/, shared by every API replica (default: $DATABASE_URL; the schema is migrated at start); empty: each replica keeps the last 1,000 per function in memory")
+	fs.DurationVar(&c.retention, "invocation-retention", 7*24*time.Hour, "invocation records older than this are deleted (with --database-url)")
 	fs.DurationVar(&c.shutdownDelay, "shutdown-delay-duration", 0, "on SIGTERM, keep serving this long with /readyz failing before closing the listener (as kube-apiserver's flag): for load balancers that learn of a stopping replica only from its readiness (on Kubernetes the pod's preStop sleep does this)")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 15*time.Minute, "on SIGTERM, how long the requests in flight (a function may run up to 15 min) may take to finish before the process exits; keep the pod's terminationGracePeriodSeconds above it")
 	fs.StringVar(&c.publicURL, "public-url", "http://127.0.0.1:8080", "base URL users reach the API at")
@@ -338,6 +344,17 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 	// /fn/ reads functions and triggers from the manager's cache, not with two API round trips per
 	// request; the REST routes keep the direct client for read-after-write.
 	backend.Serving = kubestore.ServingView(mgr.GetClient())
+	var history *pgstore.Invocations
+	if c.databaseURL != "" {
+		// Open does not wait for the database: /fn/ serves while it is away (records are buffered,
+		// then counted as dropped), and the history answers 503 not_ready meanwhile.
+		if history, err = pgstore.Open(ctx, c.databaseURL, pgstore.WithRetention(c.retention), pgstore.WithLogger(logger)); err != nil {
+			return nil, err
+		}
+		backend.Invocations = history
+	} else {
+		logger.Warn("no --database-url: the invocation history is this replica's own, in memory")
+	}
 	srv, err := api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(c.publicURL), api.WithFunctionDomain(c.fnDomain),
 		api.WithUploadRate(c.uploadRate, c.uploadBurst), api.WithMaxHeld(c.maxHeld), api.WithReadiness(cachesSynced(mgr, servingKinds...)))
 	if err != nil {
@@ -345,6 +362,9 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 	}
 	if c.runsControllers() {
 		srv.Metrics().MustRegister(builds)
+	}
+	if history != nil {
+		srv.Metrics().MustRegister(history)
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
@@ -380,6 +400,12 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 		})
 		err := api.Serve(sctx, api.NewHTTPServer("", srv.Handler(), logger), ln, c.drainTimeout)
 		stopLoads()
+		if history != nil {
+			// What the drained requests recorded is written before the process goes.
+			if cerr := history.Close(); cerr != nil {
+				logger.Error("writing the last invocation records", "error", cerr)
+			}
+		}
 		if lerr := <-lerr; err == nil && ctx.Err() == nil && lerr != nil {
 			err = fmt.Errorf("serving the loads: %w", lerr)
 		}

@@ -46,9 +46,11 @@ type Env struct {
 	NPM          *testenv.NPMRegistry // an npm registry on the bridge address serving leftpad-sless
 	PIP          *testenv.PipIndex    // a pip index on the bridge address (empty until a test adds to it)
 	NPMSecret    string               // NPM's and PIP's password, which only the operator (its index proxy) is given
-	key          *rsa.PrivateKey
-	log          io.Writer
-	closers      []func()
+	// Postgres keeps the invocation history (on the bridge address; the API's DATABASE_URL).
+	Postgres *testenv.Postgres
+	key      *rsa.PrivateKey
+	log      io.Writer
+	closers  []func()
 }
 
 // MissingError is a component the environment cannot run without.
@@ -128,6 +130,16 @@ func Start(log io.Writer) (_ *Env, err error) {
 	}
 	e.closers = append(e.closers, e.PIP.Close)
 	pipURL := e.PIP.RequireBasicAuth("ci", e.NPMSecret)
+	// Its own directory: the server runs as the postgres user, which cannot enter tmp (0700).
+	pgDir, err := os.MkdirTemp("", "sless-k1n-pg-")
+	if err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, func() { os.RemoveAll(pgDir) })
+	if e.Postgres, err = testenv.StartPostgres(NodeIP, pgDir); err != nil {
+		return nil, &MissingError{"PostgreSQL on the bridge address (Debian package postgresql)", err}
+	}
+	e.closers = append(e.closers, func() { e.Postgres.Close() })
 	e.key, _ = rsa.GenerateKey(rand.Reader, 2048)
 	der, _ := x509.MarshalPKIXPublicKey(&e.key.PublicKey)
 	pub := filepath.Join(tmp, "jwt.pem")
@@ -135,6 +147,7 @@ func Start(log io.Writer) (_ *Env, err error) {
 		return nil, err
 	}
 	out, err := e.script([]string{"SLESS_S3_ENDPOINT=" + s3.Endpoint, "SLESS_JWT_PUBLIC_KEY=" + pub, "SLESS_NPM_REGISTRY=" + npmURL, "SLESS_PIP_INDEX_URL=" + pipURL,
+		"SLESS_DATABASE_URL=" + e.Postgres.URL,
 		"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey}, "install-sless.sh")
 	if err != nil {
 		return nil, &MissingError{"sless installed in the cluster (hack/k8s/install-sless.sh)", err}

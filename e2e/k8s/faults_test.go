@@ -1,0 +1,362 @@
+package k8s_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/internal/testenv"
+)
+
+// loop sends a request through /fn/ every 20 ms (one client, keep-alive, as a user's would) and
+// counts the answers check rejects.
+type loop struct {
+	sent, failed atomic.Int64
+	mu           sync.Mutex
+	failures     []string
+	stop         chan struct{}
+	done         chan struct{}
+}
+
+func startLoop(url string, check func(code int, body string) bool) *loop {
+	l := &loop{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		for {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			code, body := get(url)
+			l.sent.Add(1)
+			if !check(code, body) {
+				l.failed.Add(1)
+				l.mu.Lock()
+				if len(l.failures) < 10 {
+					l.failures = append(l.failures, fmt.Sprintf("%s %d %.200s", time.Now().Format("15:04:05.000"), code, body))
+				}
+				l.mu.Unlock()
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return l
+}
+
+// Stop ends the loop and returns what it sent and how many failed.
+func (l *loop) Stop() (sent, failed int64) {
+	close(l.stop)
+	<-l.done
+	return l.sent.Load(), l.failed.Load()
+}
+
+func (l *loop) Failures() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.failures...)
+}
+
+// faultRow is one line of the fault table the test prints.
+type faultRow struct {
+	fault          string
+	sent, failed   int64
+	recovery, note string
+}
+
+func isOK(want string) func(int, string) bool {
+	return func(code int, body string) bool { return code == 200 && strings.Contains(body, want) }
+}
+
+// pods lists sless's pods of one workload (sless-api, sless-controller), running ones only.
+func pods(t *testing.T, workload string) []corev1.Pod {
+	t.Helper()
+	var l corev1.PodList
+	if err := cluster.Kube.List(context.Background(), &l, client.InNamespace("sless-system"), client.MatchingLabels{"app.kubernetes.io/name": workload}); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range l.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func readyReplicas(t *testing.T, name string) int32 {
+	d := deployment(t, "sless-system", name)
+	if d == nil {
+		return 0
+	}
+	return d.Status.ReadyReplicas
+}
+
+// leader is the controller pod holding the Lease (its identity starts with the pod's name).
+func leader(t *testing.T) string {
+	t.Helper()
+	var lease coordinationv1.Lease
+	if err := cluster.Kube.Get(context.Background(), client.ObjectKey{Namespace: "sless-system", Name: "sless-operator.sless.dev"}, &lease); err != nil || lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	name, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
+	return name
+}
+
+// podMetric reads one sample of a metric family (summed over series) from a sless pod's /metrics,
+// through the API server's pod proxy.
+func podMetric(t *testing.T, pod, family string) float64 {
+	t.Helper()
+	out := kubectl(t, "get", "--raw", "/api/v1/namespaces/sless-system/pods/"+pod+":8080/proxy/metrics")
+	var sum float64
+	for _, line := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(line, family); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+			var v float64
+			fields := strings.Fields(line)
+			fmt.Sscan(fields[len(fields)-1], &v)
+			sum += v
+		}
+	}
+	return sum
+}
+
+// invocationRows counts a function's rows in the invocation history's PostgreSQL.
+func invocationRows(t *testing.T, ns, fn string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, cluster.Postgres.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int64
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM invocations WHERE namespace = $1 AND function = $2", ns, fn).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Faults on the real cluster, one after another while the other e2e tests wait (not parallel):
+// sless survives losing any one of its pods and its database with a client loop of requests through
+// /fn/ every 20 ms. Prints the fault table.
+func TestFaults(t *testing.T) {
+	c := tenant(t, subject("faults"))
+	ctx := context.Background()
+	ns := c.Namespace()
+	if _, err := c.CreateFunction(ctx, apiv1.Function{Name: "ping", Runtime: "python3.11", MinReplicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	f := deploy(t, c, "ping", "python3.11", map[string]string{"handler.py": "def handle(event):\n    return 'pong'\n"})
+	var table []faultRow
+	t.Cleanup(func() {
+		var b strings.Builder
+		fmt.Fprintf(&b, "\n| fault | requests sent | failed | recovery | note |\n|---|---|---|---|---|\n")
+		for _, r := range table {
+			fmt.Fprintf(&b, "| %s | %d | %d | %s | %s |\n", r.fault, r.sent, r.failed, r.recovery, r.note)
+		}
+		t.Log(b.String())
+	})
+
+	t.Run("delete an API pod", func(t *testing.T) {
+		if n := len(pods(t, "sless-api")); n != 2 {
+			t.Fatalf("%d sless-api pods, want 2", n)
+		}
+		l := startLoop(f.Status.URL, isOK("pong"))
+		time.Sleep(time.Second)
+		victim := pods(t, "sless-api")[0].Name
+		start := time.Now()
+		kubectl(t, "-n", "sless-system", "delete", "pod", victim, "--wait=false")
+		waitFor(t, "a replacement sless-api pod ready", 3*time.Minute, func() bool {
+			ps := pods(t, "sless-api")
+			return readyReplicas(t, "sless-api") == 2 && len(ps) == 2 && ps[0].Name != victim && ps[1].Name != victim
+		})
+		recovery := time.Since(start)
+		// The loop runs on through the victim's whole drain (preStop, shutdown) until it is gone.
+		waitFor(t, "the deleted pod gone", 3*time.Minute, func() bool {
+			return apierrors.IsNotFound(cluster.Kube.Get(context.Background(), client.ObjectKey{Namespace: "sless-system", Name: victim}, &corev1.Pod{}))
+		})
+		gone := time.Since(start)
+		time.Sleep(2 * time.Second)
+		sent, failed := l.Stop()
+		table = append(table, faultRow{"delete one sless-api pod", sent, failed,
+			fmt.Sprintf("%.1f s (replacement ready), %.1f s (old pod drained and gone)", recovery.Seconds(), gone.Seconds()), ""})
+		if failed != 0 || sent < 50 {
+			t.Errorf("%d sent, %d failed: %v", sent, failed, l.Failures())
+		}
+	})
+
+	t.Run("PostgreSQL stops for 30 s", func(t *testing.T) {
+		apiPods := pods(t, "sless-api")
+		dropped := func() (n float64) {
+			for _, p := range pods(t, "sless-api") {
+				n += podMetric(t, p.Name, "sless_invocations_dropped_total")
+			}
+			return n
+		}
+		if len(apiPods) != 2 {
+			t.Fatalf("%d sless-api pods", len(apiPods))
+		}
+		// Counting starts from a quiet function: everything before is written.
+		waitFor(t, "earlier records written", 30*time.Second, func() bool {
+			return podMetric(t, apiPods[0].Name, "sless_invocations_buffered")+podMetric(t, apiPods[1].Name, "sless_invocations_buffered") == 0
+		})
+		rows0, dropped0 := invocationRows(t, ns, "ping"), dropped()
+		l := startLoop(f.Status.URL, isOK("pong"))
+		time.Sleep(time.Second)
+		if err := cluster.Postgres.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		stopped := time.Now()
+		// Meanwhile the history answers 503 not_ready (and /fn/ keeps serving).
+		var notReady bool
+		for time.Since(stopped) < 30*time.Second {
+			_, err := c.Invocations(ctx, "ping")
+			if ae, ok := errors.AsType[*apiv1.Error](err); ok && ae.Code == apiv1.CodeNotReady {
+				notReady = true
+			} else if err != nil {
+				t.Errorf("GET invocations while PostgreSQL is down: %v", err)
+			} else if time.Since(stopped) > 5*time.Second {
+				t.Errorf("GET invocations answered 200 %v after PostgreSQL stopped", time.Since(stopped).Round(time.Second))
+			}
+			time.Sleep(time.Second)
+		}
+		if err := cluster.Postgres.Start(); err != nil {
+			t.Fatal(err)
+		}
+		started := time.Now()
+		waitFor(t, "the history answering again", time.Minute, func() bool { _, err := c.Invocations(ctx, "ping"); return err == nil })
+		recovery := time.Since(started)
+		time.Sleep(time.Second)
+		sent, failed := l.Stop()
+		if !notReady {
+			t.Error("GET invocations never answered 503 not_ready while PostgreSQL was down")
+		}
+		// Every request is written or counted as dropped.
+		var rows int64
+		var lost float64
+		waitFor(t, "the buffered records written", time.Minute, func() bool {
+			rows, lost = invocationRows(t, ns, "ping")-rows0, dropped()-dropped0
+			return float64(rows)+lost == float64(sent)
+		})
+		// A request made now is listed.
+		if code, _ := get(f.Status.URL); code != 200 {
+			t.Errorf("/fn/ after: %d", code)
+		}
+		waitFor(t, "a new invocation listed", 10*time.Second, func() bool {
+			inv, err := c.Invocations(ctx, "ping")
+			return err == nil && len(inv) > 0 && time.Since(inv[0].Time) < 5*time.Second
+		})
+		table = append(table, faultRow{"stop PostgreSQL 30 s under load", sent, failed, fmt.Sprintf("%.1f s (history answers)", recovery.Seconds()),
+			fmt.Sprintf("%d rows written, %.0f dropped (counted)", rows, lost)})
+		if failed != 0 {
+			t.Errorf("%d sent, %d failed: %v", sent, failed, l.Failures())
+		}
+	})
+
+	t.Run("delete the controller leader during a build", func(t *testing.T) {
+		lead := leader(t)
+		if lead == "" {
+			t.Fatal("no controller leads")
+		}
+		l := startLoop(f.Status.URL, isOK("pong"))
+		// A dependency install (a deps Job) keeps the build running for seconds; a lockfile of
+		// this run's own is a cache miss.
+		pj, lock := cluster.NPM.Manifests("fault-"+runID, "leftpad-sless")
+		z := testenv.Zip(map[string]string{"package.json": pj, "package-lock.json": lock,
+			"handler.js": "const pad = require('leftpad-sless');\nexports.handle = async () => ({ padded: pad(5, 4) });\n"})
+		if _, err := c.CreateFunction(ctx, apiv1.Function{Name: "padded", Runtime: "nodejs20"}); err != nil {
+			t.Fatal(err)
+		}
+		up, err := c.Upload(ctx, "padded", strings.NewReader(string(z)), int64(len(z)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the build running", time.Minute, func() bool {
+			g, err := c.GetFunction(ctx, "padded")
+			return err == nil && g.Status.CodeSHA256 == up.CodeSHA256 && g.Status.Phase == apiv1.PhaseBuilding
+		})
+		killed := time.Now()
+		kubectl(t, "-n", "sless-system", "delete", "pod", lead, "--wait=false")
+		waitFor(t, "another controller leading", 30*time.Second, func() bool { l := leader(t); return l != "" && l != lead })
+		failover := time.Since(killed)
+		var g *apiv1.Function
+		waitFor(t, "the function Ready on the new code", 3*time.Minute, func() bool {
+			g, err = c.GetFunction(ctx, "padded")
+			if err == nil && g.Status.Phase == apiv1.PhaseFailed {
+				t.Fatalf("Failed: %s", g.Status.Message)
+			}
+			return err == nil && g.Status.CodeSHA256 == up.CodeSHA256 && g.Status.Phase == apiv1.PhaseReady
+		})
+		ready := time.Since(killed)
+		if code, body := get(g.Status.URL); code != 200 || !strings.Contains(body, `"padded":"0005"`) {
+			t.Errorf("/fn/: %d %s", code, body)
+		}
+		sent, failed := l.Stop()
+		table = append(table, faultRow{"delete the controller leader during a build", sent, failed,
+			fmt.Sprintf("%.1f s (standby leads), %.1f s (Ready)", failover.Seconds(), ready.Seconds()), "the standby finished the build"})
+		if failed != 0 {
+			t.Errorf("%d sent, %d failed: %v", sent, failed, l.Failures())
+		}
+	})
+
+	t.Run("restart the controller during a scale from zero", func(t *testing.T) {
+		if _, err := c.CreateFunction(ctx, apiv1.Function{Name: "cold", Runtime: "python3.11", IdleTimeoutSec: 5, TimeoutSec: 30}); err != nil {
+			t.Fatal(err)
+		}
+		g := deploy(t, c, "cold", "python3.11", map[string]string{"handler.py": "def handle(event):\n    return 'warm'\n"})
+		waitFor(t, "cold at zero", 2*time.Minute, func() bool {
+			d := deployment(t, ns, "cold")
+			return d != nil && *d.Spec.Replicas == 0 && d.Status.Replicas == 0
+		})
+		lead := leader(t)
+		type answer struct {
+			code int
+			body string
+		}
+		answered := make(chan answer, 1)
+		sent := time.Now()
+		go func() {
+			hc := &http.Client{Timeout: 2 * time.Minute}
+			resp, err := hc.Get(g.Status.URL)
+			if err != nil {
+				answered <- answer{0, err.Error()}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answered <- answer{resp.StatusCode, string(b)}
+		}()
+		time.Sleep(50 * time.Millisecond) // held by now
+		kubectl(t, "-n", "sless-system", "delete", "pod", lead, "--wait=false")
+		select {
+		case a := <-answered:
+			took := time.Since(sent)
+			ok := a.code == 200 && strings.Contains(a.body, "warm") || a.code == 504 && strings.Contains(a.body, apiv1.CodeUpstreamTimeout)
+			var failed int64
+			if !ok {
+				failed = 1
+				t.Errorf("the held request: %d %s", a.code, a.body)
+			}
+			table = append(table, faultRow{"restart the controller leader during a scale from zero", 1, failed, fmt.Sprintf("%.1f s (answered %d)", took.Seconds(), a.code), ""})
+		case <-time.After(45 * time.Second):
+			t.Fatal("the held request was not answered within 45 s (timeout_sec 30)")
+		}
+	})
+}
