@@ -15,4 +15,10 @@ done
 SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
 log "installing Debian packages: ${missing[*]}"
 $SUDO apt-get update -qq
+# The tests run PostgreSQL servers of their own (internal/testenv): the package need not create and
+# start a cluster of its own on 5432 (postgresql-common's createcluster.d, read at install).
+if [[ " ${missing[*]} " == *" postgresql "* ]] && [ ! -d /var/lib/postgresql ]; then
+  $SUDO mkdir -p /etc/postgresql-common/createcluster.d
+  echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.d/50-sless-no-main-cluster.conf >/dev/null
+fi
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

@@ -2,6 +2,7 @@ package k8s_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/testenv"
+	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 )
 
 // loop sends a request through /fn/ every 20 ms (one client, keep-alive, as a user's would) and
@@ -265,6 +268,100 @@ func TestFaults(t *testing.T) {
 		})
 		table = append(table, faultRow{"stop PostgreSQL 30 s under load", sent, failed, fmt.Sprintf("%.1f s (history answers)", recovery.Seconds()),
 			fmt.Sprintf("%d rows written, %.0f dropped (counted)", rows, lost)})
+		if failed != 0 {
+			t.Errorf("%d sent, %d failed: %v", sent, failed, l.Failures())
+		}
+	})
+
+	t.Run("S3 stops", func(t *testing.T) {
+		before, err := c.GetFunction(ctx, "ping")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cr slessv1.Function
+		if err := cluster.Kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ping"}, &cr); err != nil {
+			t.Fatal(err)
+		}
+		specCode := cr.Spec.CodeSHA256
+		l := startLoop(f.Status.URL, isOK("pong"))
+		z := testenv.Zip(map[string]string{"handler.py": "def handle(event):\n    return 'pong, again'\n"})
+		cluster.S3.Stop()
+		stopped := time.Now()
+		_, err = c.Upload(ctx, "ping", strings.NewReader(string(z)), int64(len(z)))
+		answered := time.Since(stopped)
+		if ae, ok := errors.AsType[*apiv1.Error](err); !ok || ae.Code != apiv1.CodeNotReady {
+			t.Errorf("an upload while S3 is down: %v, want 503 not_ready", err)
+		}
+		// Nothing half-written: the function still names the old code, which keeps serving.
+		if g, err := c.GetFunction(ctx, "ping"); err != nil || g.Status.CodeSHA256 != before.Status.CodeSHA256 || g.Status.Image != before.Status.Image {
+			t.Errorf("after the refused upload: %+v %v", g, err)
+		}
+		if err := cluster.Kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ping"}, &cr); err != nil || cr.Spec.CodeSHA256 != specCode {
+			t.Errorf("the Function's spec.codeSHA256 %s → %s (%v)", specCode, cr.Spec.CodeSHA256, err)
+		}
+		// …and no object under the new archive's name that a later build could pick up (checked
+		// once S3 is back, below).
+		newKey := codestore.Key(ns, "ping", fmt.Sprintf("%x", sha256.Sum256(z)))
+		time.Sleep(5 * time.Second)
+		if err := cluster.S3.Start(); err != nil {
+			t.Fatal(err)
+		}
+		restarted := time.Now()
+		if ok, err := cluster.Code.Exists(ctx, newKey); err != nil || ok {
+			t.Errorf("after the refused upload the store holds %s: %v %v", newKey, ok, err)
+		}
+		up, err := c.Upload(ctx, "ping", strings.NewReader(string(z)), int64(len(z)))
+		if err != nil {
+			t.Fatalf("the same upload after S3 returned: %v", err)
+		}
+		waitFor(t, "ping Ready on the new code", 3*time.Minute, func() bool {
+			g, err := c.GetFunction(ctx, "ping")
+			return err == nil && g.Status.CodeSHA256 == up.CodeSHA256 && g.Status.Phase == apiv1.PhaseReady
+		})
+		ready := time.Since(restarted)
+		waitFor(t, "the new code answering", time.Minute, func() bool { _, body := get(f.Status.URL); return strings.Contains(body, "again") })
+		sent, failed := l.Stop()
+		table = append(table, faultRow{"stop S3, upload", sent, failed, fmt.Sprintf("%.1f s (the upload after S3 returned Ready)", ready.Seconds()),
+			fmt.Sprintf("upload answered 503 not_ready in %d ms, code unchanged", answered.Milliseconds())})
+		if failed != 0 {
+			t.Errorf("%d sent, %d failed: %v", sent, failed, l.Failures())
+		}
+	})
+
+	t.Run("the registry answers 5xx to pushes for 20 s", func(t *testing.T) {
+		l := startLoop(f.Status.URL, isOK("pong"))
+		refused0 := cluster.RegistryFaults.Refused()
+		cluster.RegistryFaults.FailFor(20 * time.Second)
+		start := time.Now()
+		z := testenv.Zip(map[string]string{"handler.py": "def handle(event):\n    return 'pong, third'\n"})
+		up, err := c.Upload(ctx, "ping", strings.NewReader(string(z)), int64(len(z)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var during []string
+		waitFor(t, "ping Ready on the new code after the fault", 3*time.Minute, func() bool {
+			g, err := c.GetFunction(ctx, "ping")
+			if err != nil || g.Status.CodeSHA256 != up.CodeSHA256 {
+				return false
+			}
+			if g.Status.Phase != apiv1.PhaseReady && len(during) < 3 {
+				during = append(during, fmt.Sprintf("%s: %.120s", g.Status.Phase, g.Status.Message))
+			}
+			return g.Status.Phase == apiv1.PhaseReady
+		})
+		ready := time.Since(start)
+		refused := cluster.RegistryFaults.Refused() - refused0
+		waitFor(t, "the new code answering", time.Minute, func() bool { _, body := get(f.Status.URL); return strings.Contains(body, "third") })
+		sent, failed := l.Stop()
+		t.Logf("status during the fault: %v", during)
+		table = append(table, faultRow{"registry 503 to pushes for 20 s", sent, failed, fmt.Sprintf("%.1f s (Ready on the new code)", ready.Seconds()),
+			fmt.Sprintf("%d pushes refused, build retried with backoff", refused)})
+		if refused == 0 {
+			t.Error("no push was refused: the build did not go through the proxy")
+		}
+		if ready < 20*time.Second {
+			t.Errorf("Ready %v after a 20 s push fault began", ready)
+		}
 		if failed != 0 {
 			t.Errorf("%d sent, %d failed: %v", sent, failed, l.Failures())
 		}

@@ -10,13 +10,17 @@
 #   SLESS_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY  the code store (reachable from pods)
 #   SLESS_JWT_PUBLIC_KEY   PEM file: the API verifies RS256/ES256 tokens with it
 # and optionally SLESS_S3_BUCKET (sless-code), SLESS_NPM_REGISTRY, SLESS_PIP_INDEX_URL,
-# SLESS_DEPS_EGRESS, SLESS_DATABASE_URL (PostgreSQL for the invocation history; reachable from pods). Writes $K1N/sless.env (SLESS_ENDPOINT, REGISTRY, OPERATOR_IMAGE, RUNTIME_*)
+# SLESS_DEPS_EGRESS, SLESS_DATABASE_URL (PostgreSQL for the invocation history; reachable from pods),
+# SLESS_FUNCTION_REGISTRY (host:port the platform pushes function images to and tenant pods pull
+# them from, if not the registry's own address: the e2e puts a fault-injecting proxy there, which
+# containerd must know as plain HTTP). Writes $K1N/sless.env (SLESS_ENDPOINT, REGISTRY, OPERATOR_IMAGE, RUNTIME_*)
 # and prints SLESS_ENDPOINT.
 . "$(dirname "$0")/common.sh"
 : "${SLESS_S3_ENDPOINT:?}" "${AWS_ACCESS_KEY_ID:?}" "${AWS_SECRET_ACCESS_KEY:?}" "${SLESS_JWT_PUBLIC_KEY:?}"
 api_ready || die "the cluster is not up (hack/k8s/up.sh)"
 cd "$ROOT_DIR"
 REG=$(registry_addr)
+FNREG=${SLESS_FUNCTION_REGISTRY:-$REG}
 CRANE=$(crane_bin)
 # The registry's platform credential (written by up.sh's `sless registry`), for every push here.
 export DOCKER_CONFIG=$K1N/registry-auth
@@ -113,14 +117,14 @@ metadata:
   name: sless-operator
   namespace: sless-system
 data:
-  REGISTRY: "$REG"
+  REGISTRY: "$FNREG"
   PUBLIC_URL: "$ENDPOINT"
-  RUNTIME_PYTHON: "${RT[python3.11]}"
-  RUNTIME_NODE: "${RT[nodejs20]}"
-  OPERATOR_IMAGE: "$OPERATOR_IMAGE"
+  RUNTIME_PYTHON: "${RT[python3.11]/#$REG/$FNREG}"
+  RUNTIME_NODE: "${RT[nodejs20]/#$REG/$FNREG}"
+  OPERATOR_IMAGE: "${OPERATOR_IMAGE/#$REG/$FNREG}"
   S3_ENDPOINT: "$SLESS_S3_ENDPOINT"
   S3_BUCKET: "${SLESS_S3_BUCKET:-sless-code}"
-  DEPS_EGRESS: "${SLESS_DEPS_EGRESS:-$K1N_NODE_IP/32:${REG##*:}}"
+  DEPS_EGRESS: "${SLESS_DEPS_EGRESS:-$K1N_NODE_IP/32:${FNREG##*:}}"
 YAML
 cat > "$OVERLAY/e2e/service.yaml" <<YAML
 apiVersion: v1
@@ -180,10 +184,10 @@ log "the quota controller counts functions"
 kc delete namespace sless-quota-probe --wait=false >/dev/null
 cat > "$K1N/sless.env" <<ENV
 SLESS_ENDPOINT=$ENDPOINT
-REGISTRY=$REG
-OPERATOR_IMAGE=$OPERATOR_IMAGE
-RUNTIME_PYTHON=${RT[python3.11]}
-RUNTIME_NODE=${RT[nodejs20]}
+REGISTRY=$FNREG
+OPERATOR_IMAGE=${OPERATOR_IMAGE/#$REG/$FNREG}
+RUNTIME_PYTHON=${RT[python3.11]/#$REG/$FNREG}
+RUNTIME_NODE=${RT[nodejs20]/#$REG/$FNREG}
 ENV
 log "sless installed: API and /fn/ at $ENDPOINT"
 echo "$ENDPOINT"

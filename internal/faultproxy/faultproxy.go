@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -88,6 +89,18 @@ func Start(host, target string, opts ...Option) (*Proxy, error) {
 			r.SetXForwarded()
 		},
 		FlushInterval: -1,
+		// As a transparent reverse proxy (Apache's ProxyPassReverse): absolute URLs the target
+		// names in its challenge and redirects point at the proxy too, so a registry's token
+		// realm is on the same host:port clients were given (ggcr refuses a realm elsewhere on a
+		// private address).
+		ModifyResponse: func(r *http.Response) error {
+			for _, h := range []string{"Www-Authenticate", "Location"} {
+				if v := r.Header.Get(h); v != "" {
+					r.Header.Set(h, strings.ReplaceAll(v, "://"+u.Host, "://"+p.addr))
+				}
+			}
+			return nil
+		},
 	}
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if status, body, refused := p.refuse(r); refused {

@@ -120,3 +120,31 @@ func TestMatchAndDefaults(t *testing.T) {
 		t.Error("a target that is no URL was accepted")
 	}
 }
+
+// The target's challenge and redirects name the proxy, not the target, as a registry's token realm
+// must be on the host:port its clients use.
+func TestAbsoluteURLsPointAtTheProxy(t *testing.T) {
+	var target *httptest.Server
+	target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="`+target.URL+`/token",service="registry"`)
+		w.Header().Set("Location", target.URL+"/v2/x/blobs/uploads/1")
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer target.Close()
+	p, err := faultproxy.Start("127.0.0.1", target.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	resp, err := http.Get(p.URL() + "/v2/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got, want := resp.Header.Get("WWW-Authenticate"), `Bearer realm="`+p.URL()+`/token",service="registry"`; got != want {
+		t.Errorf("WWW-Authenticate %q, want %q", got, want)
+	}
+	if got, want := resp.Header.Get("Location"), p.URL()+"/v2/x/blobs/uploads/1"; got != want {
+		t.Errorf("Location %q, want %q", got, want)
+	}
+}

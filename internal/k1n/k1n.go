@@ -9,6 +9,8 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/internal/faultproxy"
 	"github.com/sless-dev/sless/internal/kubetest"
 	"github.com/sless-dev/sless/internal/regauth"
 	"github.com/sless-dev/sless/internal/testenv"
@@ -34,7 +37,9 @@ const NodeIP = "10.88.0.1"
 type Env struct {
 	Dir      string // the cluster's state directory ($K1N)
 	Endpoint string // the REST API and /fn/, on the operator Service's NodePort
-	Registry string // the cluster's registry (host:port), reachable from the host and from pods
+	Registry string // where function images go (host:port): the proxy in front of the cluster's registry
+	// RegistryFaults is that proxy: it refuses pushes while a test makes it fail.
+	RegistryFaults *faultproxy.Proxy
 	// RegistryAuth is the platform's credential for Registry (which serves nothing anonymously).
 	RegistryAuth authn.Authenticator
 	// RegistryKeys derive every other identity's credential (regauth).
@@ -43,6 +48,7 @@ type Env struct {
 	Kubectl      []string             // kubectl with the admin kubeconfig
 	Code         *codestore.S3        // the code store the operator uses
 	S3Endpoint   string               // MinIO's URL (on the bridge address)
+	S3           *testenv.MinIOServer // that MinIO, to stop and start (an outage)
 	NPM          *testenv.NPMRegistry // an npm registry on the bridge address serving leftpad-sless
 	PIP          *testenv.PipIndex    // a pip index on the bridge address (empty until a test adds to it)
 	NPMSecret    string               // NPM's and PIP's password, which only the operator (its index proxy) is given
@@ -108,11 +114,11 @@ func Start(log io.Writer) (_ *Env, err error) {
 		return nil, err
 	}
 	e.closers = append(e.closers, func() { os.RemoveAll(tmp) })
-	s3, stopS3, err := testenv.StartMinIO(minio, NodeIP, tmp)
-	if err != nil {
+	if e.S3, err = testenv.NewMinIO(minio, NodeIP, tmp); err != nil {
 		return nil, &MissingError{"MinIO on the bridge address", err}
 	}
-	e.closers = append(e.closers, stopS3)
+	e.closers = append(e.closers, e.S3.Stop)
+	s3 := e.S3.S3Server
 	e.S3Endpoint = s3.Endpoint
 	e.NPM, err = testenv.StartNPMRegistry(NodeIP, testenv.NPMPackage{Name: "leftpad-sless", Version: "1.2.3",
 		Files: map[string]string{"index.js": "module.exports = (s, n) => String(s).padStart(n, '0');\n"}})
@@ -140,6 +146,27 @@ func Start(log io.Writer) (_ *Env, err error) {
 		return nil, &MissingError{"PostgreSQL on the bridge address (Debian package postgresql)", err}
 	}
 	e.closers = append(e.closers, func() { e.Postgres.Close() })
+	// Function images go through a proxy in front of the registry that a test can make refuse
+	// pushes (a registry outage); containerd learns it speaks plain HTTP. The node's own images
+	// (pause, coredns, sless's) come from the registry directly.
+	port, err := os.ReadFile(filepath.Join(e.Dir, "registry.port"))
+	if err != nil {
+		return nil, err
+	}
+	e.RegistryFaults, err = faultproxy.Start(NodeIP, "http://"+net.JoinHostPort(NodeIP, strings.TrimSpace(string(port))),
+		faultproxy.WithMethods(http.MethodPost, http.MethodPut, http.MethodPatch), faultproxy.WithStatus(http.StatusServiceUnavailable))
+	if err != nil {
+		return nil, &MissingError{"a proxy in front of the registry", err}
+	}
+	e.closers = append(e.closers, func() { e.RegistryFaults.Close() })
+	hosts := filepath.Join(e.Dir, "containerd", "certs.d", e.RegistryFaults.Addr())
+	if err := os.MkdirAll(hosts, 0o755); err != nil {
+		return nil, err
+	}
+	toml := fmt.Sprintf("server = %q\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", e.RegistryFaults.URL(), e.RegistryFaults.URL())
+	if err := os.WriteFile(filepath.Join(hosts, "hosts.toml"), []byte(toml), 0o644); err != nil {
+		return nil, err
+	}
 	e.key, _ = rsa.GenerateKey(rand.Reader, 2048)
 	der, _ := x509.MarshalPKIXPublicKey(&e.key.PublicKey)
 	pub := filepath.Join(tmp, "jwt.pem")
@@ -148,6 +175,7 @@ func Start(log io.Writer) (_ *Env, err error) {
 	}
 	out, err := e.script([]string{"SLESS_S3_ENDPOINT=" + s3.Endpoint, "SLESS_JWT_PUBLIC_KEY=" + pub, "SLESS_NPM_REGISTRY=" + npmURL, "SLESS_PIP_INDEX_URL=" + pipURL,
 		"SLESS_DATABASE_URL=" + e.Postgres.URL,
+		"SLESS_FUNCTION_REGISTRY=" + e.RegistryFaults.Addr(),
 		"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey}, "install-sless.sh")
 	if err != nil {
 		return nil, &MissingError{"sless installed in the cluster (hack/k8s/install-sless.sh)", err}
