@@ -31,45 +31,16 @@ func (r fixedResolver) Resolve(context.Context, string, string) (*url.URL, error
 // benchProxy measures /fn/ against calling the function directly with the same load generator: a
 // real python3.11 runtime server (examples/hello-python) on 127.0.0.1, driven by a bounded Go loop.
 func benchProxy(ctx context.Context, c config, work string) error {
-	root, _ := repoRoot()
-	port, err := ports.Free()
+	fn, direct, err := startHelloPython(ctx)
 	if err != nil {
-		return err
-	}
-	fn := exec.CommandContext(ctx, "python3", filepath.Join(root, "runtimes", "python3.11", "server.py"))
-	fn.Env = append(os.Environ(), "FUNCTION_DIR="+filepath.Join(root, "examples", "hello-python", "code"),
-		fmt.Sprintf("PORT=%d", port), "HOST=127.0.0.1")
-	fn.Stdout = io.Discard
-	if err := fn.Start(); err != nil {
 		return err
 	}
 	defer func() { fn.Process.Kill(); fn.Wait() }()
-	direct := fmt.Sprintf("http://127.0.0.1:%d", port)
-	if err := waitHTTP(direct+"/health", 15*time.Second); err != nil {
-		return err
-	}
-
-	secret := []byte("bench-secret-bench-secret-bench-secret")
-	v, _ := auth.New(auth.WithHS256Secret(secret))
-	code, _ := codestore.NewDir(filepath.Join(work, "code"))
-	u, _ := url.Parse(direct)
-	backend, stores := memstore.Backend(code, fixedResolver{u})
-	srv, err := api.New(backend, api.WithVerifier(v), api.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
+	proxied, stopAPI, err := startAPI(ctx, work, direct, nil)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	hs := api.NewHTTPServer("", srv.Handler(), nil)
-	go hs.Serve(ln)
-	defer hs.Close()
-	ns := apiv1.NamespaceFor("bench")
-	stores.Namespaces.Ensure(ctx, ns)
-	stores.Functions.Create(ctx, ns, api.FunctionSpec{Name: "hello", Runtime: "python3.11"})
-	stores.Functions.SetStatus(ns, "hello", func(s *apiv1.FunctionStatus) { s.Phase = apiv1.PhaseReady })
-	proxied := "http://" + ln.Addr().String() + "/fn/" + ns + "/hello"
+	defer stopAPI()
 
 	conc, dur := c.proxyConc, 5*time.Second
 	fmt.Printf("\n### /fn/ proxy vs direct (python3.11 runtime serving examples/hello-python, %d concurrent keep-alive clients, 2 × %v per row)\n\n", conc, dur)
@@ -131,6 +102,59 @@ func benchProxy(ctx context.Context, c config, work string) error {
 	fmt.Printf("| p99 added by the proxy ≤ 2 ms | %.2f ms (p50 %+.2f ms) | %s | %.2f ms (p50 %+.2f ms) |\n",
 		pinned.addedP99, pinned.addedP50, verdict(pinned.addedP99 <= 2), shared.addedP99, shared.addedP50)
 	return nil
+}
+
+// startHelloPython runs the real python3.11 runtime server serving examples/hello-python on a free
+// port of 127.0.0.1 and waits until it answers; the caller kills and waits for it.
+func startHelloPython(ctx context.Context) (*exec.Cmd, string, error) {
+	root, _ := repoRoot()
+	port, err := ports.Free()
+	if err != nil {
+		return nil, "", err
+	}
+	fn := exec.CommandContext(ctx, "python3", filepath.Join(root, "runtimes", "python3.11", "server.py"))
+	fn.Env = append(os.Environ(), "FUNCTION_DIR="+filepath.Join(root, "examples", "hello-python", "code"),
+		fmt.Sprintf("PORT=%d", port), "HOST=127.0.0.1")
+	fn.Stdout = io.Discard
+	if err := fn.Start(); err != nil {
+		return nil, "", err
+	}
+	direct := fmt.Sprintf("http://127.0.0.1:%d", port)
+	if err := waitHTTP(direct+"/health", 15*time.Second); err != nil {
+		fn.Process.Kill()
+		fn.Wait()
+		return nil, "", err
+	}
+	return fn, direct, nil
+}
+
+// startAPI serves the API (memstore backend; inv as its invocation history unless nil) on
+// 127.0.0.1 with one Ready function "hello" in namespace bench routed to direct, and returns that
+// function's /fn/ URL and what stops the server. Its code store is under work/code.
+func startAPI(ctx context.Context, work, direct string, inv api.Invocations) (string, func(), error) {
+	secret := []byte("bench-secret-bench-secret-bench-secret")
+	v, _ := auth.New(auth.WithHS256Secret(secret))
+	code, _ := codestore.NewDir(filepath.Join(work, "code"))
+	u, _ := url.Parse(direct)
+	backend, stores := memstore.Backend(code, fixedResolver{u})
+	if inv != nil {
+		backend.Invocations = inv
+	}
+	srv, err := api.New(backend, api.WithVerifier(v), api.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	hs := api.NewHTTPServer("", srv.Handler(), nil)
+	go hs.Serve(ln)
+	ns := apiv1.NamespaceFor("bench")
+	stores.Namespaces.Ensure(ctx, ns)
+	stores.Functions.Create(ctx, ns, api.FunctionSpec{Name: "hello", Runtime: "python3.11"})
+	stores.Functions.SetStatus(ns, "hello", func(s *apiv1.FunctionStatus) { s.Phase = apiv1.PhaseReady })
+	return "http://" + ln.Addr().String() + "/fn/" + ns + "/hello", func() { hs.Close() }, nil
 }
 
 // pin sets the CPU affinity of every thread of pid (taskset from util-linux).

@@ -52,6 +52,11 @@ func run(ctx context.Context, c config) error {
 			return fmt.Errorf("proxy: %w", err)
 		}
 	}
+	if want["history"] {
+		if err := benchHistory(ctx, c, work); err != nil {
+			return fmt.Errorf("history: %w", err)
+		}
+	}
 	// The real cluster is brought up once for the sections that need it, and down at the end.
 	var env *k1n.Env
 	cluster := func() (*k1n.Env, error) {
