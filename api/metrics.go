@@ -12,10 +12,11 @@ import (
 // metrics are the API's own Prometheus collectors, on a registry of their own (no global state,
 // so several servers can live in one test process).
 type metrics struct {
-	reg      *prometheus.Registry
-	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
-	builds   *BuildMetrics
+	reg         *prometheus.Registry
+	requests    *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	builds      *BuildMetrics
+	uploadBytes prometheus.Histogram
 
 	// Per function (labels namespace, function): bounded by the functions there are (the
 	// tenant's function quota) and deleted with the function (forget).
@@ -97,6 +98,10 @@ func newMetrics() *metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"route"}),
 		builds: NewBuildMetrics(),
+		uploadBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sless_upload_bytes", Help: "Size of the code archives uploaded (accepted ones).",
+			Buckets: prometheus.ExponentialBuckets(1<<10, 4, 10), // 1 KiB … 256 MiB
+		}),
 	}
 	fn := []string{"namespace", "function"}
 	m.fnRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -114,16 +119,19 @@ func newMetrics() *metrics {
 		Buckets: []float64{.05, .1, .2, .3, .4, .5, .75, 1, 1.5, 2, 3, 5, 10, 30},
 	}, fn)
 	m.reg.MustRegister(m.fnRequests, m.fnSeconds, m.coldStarts, m.coldStartSecs)
-	m.reg.MustRegister(m.requests, m.latency, m.builds,
+	m.reg.MustRegister(m.requests, m.latency, m.builds, m.uploadBytes,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
 
-// BuildMetrics counts finished builds for /metrics: on the API's registry when the controllers
-// run in the same process, on the controller's own registry when they run apart.
+// BuildMetrics counts finished builds and what became of their dependency layers, for /metrics:
+// on the API's registry when the controllers run in the same process, on the controller's own
+// registry when they run apart.
 type BuildMetrics struct {
-	builds  *prometheus.CounterVec
-	seconds prometheus.Histogram
+	builds       *prometheus.CounterVec
+	seconds      *prometheus.HistogramVec
+	depsHits     *prometheus.CounterVec
+	depsInstalls *prometheus.CounterVec
 }
 
 var _ prometheus.Collector = (*BuildMetrics)(nil)
@@ -134,25 +142,48 @@ func NewBuildMetrics() *BuildMetrics {
 		builds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sless_builds_total", Help: "Function builds by result (succeeded, failed).",
 		}, []string{"result"}),
-		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sless_build_duration_seconds", Help: "Function build duration.",
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sless_build_duration_seconds", Help: "Function build duration by result (succeeded, failed).",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
-		}),
+		}, []string{"result"}),
+		depsHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sless_dependency_cache_hits_total", Help: "Builds whose dependency layer was in the cache already, by runtime.",
+		}, []string{"runtime"}),
+		depsInstalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sless_dependency_installs_total", Help: "Dependency installs a build waited for, by runtime and result (succeeded, failed).",
+		}, []string{"runtime", "result"}),
 	}
 }
 
 // Observe records a finished build ("succeeded" or "failed").
 func (b *BuildMetrics) Observe(result string, d time.Duration) {
 	b.builds.WithLabelValues(result).Inc()
-	b.seconds.Observe(d.Seconds())
+	b.seconds.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// ObserveDependencies records what became of a build's dependency layer: "cached", "installed",
+// "failed" (an install that failed); "" (no dependencies) records nothing.
+func (b *BuildMetrics) ObserveDependencies(runtime, outcome string) {
+	switch outcome {
+	case "cached":
+		b.depsHits.WithLabelValues(runtime).Inc()
+	case "installed":
+		b.depsInstalls.WithLabelValues(runtime, "succeeded").Inc()
+	case "failed":
+		b.depsInstalls.WithLabelValues(runtime, "failed").Inc()
+	}
 }
 
 func (b *BuildMetrics) Describe(ch chan<- *prometheus.Desc) {
 	b.builds.Describe(ch)
 	b.seconds.Describe(ch)
+	b.depsHits.Describe(ch)
+	b.depsInstalls.Describe(ch)
 }
 
 func (b *BuildMetrics) Collect(ch chan<- prometheus.Metric) {
 	b.builds.Collect(ch)
 	b.seconds.Collect(ch)
+	b.depsHits.Collect(ch)
+	b.depsInstalls.Collect(ch)
 }

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apitest"
@@ -29,12 +32,20 @@ func TestHealthReadyMetrics(t *testing.T) {
 	}
 	e.Ensure()
 	e.Srv.ObserveBuild("succeeded", 1500000)
+	e.Srv.ObserveDependencies("python3.11", "cached")
+	e.Srv.ObserveDependencies("python3.11", "failed")
 	code, _, b := e.Raw("GET", "/metrics", "", "", nil)
 	for _, want := range []string{`sless_http_requests_total{code="200",method="POST",route="/v1/namespaces/{ns}/ensure"} 1`,
-		`sless_builds_total{result="succeeded"} 1`, "sless_http_request_duration_seconds_bucket"} {
+		`sless_builds_total{result="succeeded"} 1`, `sless_build_duration_seconds_count{result="succeeded"} 1`, "sless_http_request_duration_seconds_bucket",
+		`sless_dependency_cache_hits_total{runtime="python3.11"} 1`, `sless_dependency_installs_total{result="failed",runtime="python3.11"} 1`} {
 		if code != 200 || !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	// Prometheus's own metrics linter (promtool check metrics) finds nothing.
+	problems, err := promlint.New(bytes.NewReader(b)).Lint()
+	if err != nil || len(problems) != 0 {
+		t.Errorf("promlint: %v %+v", err, problems)
 	}
 }
 

@@ -209,6 +209,12 @@ func (s *Server) ObserveBuild(result string, d time.Duration) {
 	s.metrics.builds.Observe(result, d)
 }
 
+// ObserveDependencies records what became of a build's dependency layer ("cached", "installed",
+// "failed"; "" records nothing) for /metrics.
+func (s *Server) ObserveDependencies(runtime, outcome string) {
+	s.metrics.builds.ObserveDependencies(runtime, outcome)
+}
+
 // routes is the whole router in one place.
 func (s *Server) routes() *mux.Router {
 	r := mux.NewRouter().SkipClean(true).UseEncodedPath()
@@ -226,6 +232,7 @@ func (s *Server) routes() *mux.Router {
 	}).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet)
 	r.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})).Methods(http.MethodGet)
+	r.HandleFunc("/openapi.json", serveOpenAPI).Methods(http.MethodGet)
 
 	v1 := r.PathPrefix("/v1/namespaces/{ns}").Subrouter()
 	v1.Use(s.authenticate)

@@ -102,6 +102,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, notFound("function", name, err))
 		return
 	}
+	s.metrics.uploadBytes.Observe(float64(size))
 	writeJSON(w, http.StatusAccepted, apiv1.UploadResponse{CodeSHA256: sum, Phase: s.functionView(ns, out).Status.Phase})
 }
 

@@ -111,11 +111,18 @@ func (p *Pipeline) Build(ctx context.Context, req Request) (res *Result, err err
 	start := time.Now()
 	defer func() {
 		if _, pending := errors.AsType[*PendingError](err); !pending && p.o.observe != nil && ctx.Err() != context.Canceled {
-			result := "succeeded"
-			if err != nil {
-				result = "failed"
+			o := Observation{Result: "succeeded", Duration: time.Since(start), Runtime: req.Runtime}
+			switch {
+			case err != nil && Reason(err) == ReasonDependenciesFailed:
+				o.Result, o.Dependencies = "failed", "failed"
+			case err != nil:
+				o.Result = "failed"
+			case res.DepsKey != "" && res.DepsCached:
+				o.Dependencies = "cached"
+			case res.DepsKey != "":
+				o.Dependencies = "installed"
 			}
-			p.o.observe(result, time.Since(start))
+			p.o.observe(o)
 		}
 	}()
 

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"testing"
 	"testing/fstest"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -100,6 +99,7 @@ type fixture struct {
 	pipeline *build.Pipeline
 	mu       sync.Mutex
 	observed []string
+	deps     []string // each observation's Dependencies
 }
 
 func newFixture(t *testing.T, opts ...build.Option) *fixture {
@@ -125,9 +125,10 @@ func newFixture(t *testing.T, opts ...build.Option) *fixture {
 		t.Fatal(err)
 	}
 	opts = append([]build.Option{build.WithRegistry(f.reg), build.WithRuntimes(map[string]string{"python3.11": f.runtime}),
-		build.WithTempDir(t.TempDir()), build.WithObserver(func(result string, _ time.Duration) {
+		build.WithTempDir(t.TempDir()), build.WithObserver(func(o build.Observation) {
 			f.mu.Lock()
-			f.observed = append(f.observed, result)
+			f.observed = append(f.observed, o.Result)
+			f.deps = append(f.deps, o.Dependencies)
 			f.mu.Unlock()
 		})}, opts...)
 	if f.pipeline, err = build.New(f.code, b, opts...); err != nil {
@@ -286,6 +287,11 @@ func TestBuild(t *testing.T) {
 			if tc.deps != nil && (res.DepsKey == "" || !res.DepsCached) {
 				t.Errorf("deps not reported: %+v", res)
 			}
+			f.mu.Lock()
+			if last := f.deps[len(f.deps)-1]; tc.deps != nil && last != "cached" || tc.deps == nil && last != "" {
+				t.Errorf("observed dependencies %q for %+v", last, res)
+			}
+			f.mu.Unlock()
 			// The same request again gives the same image.
 			again, err := f.pipeline.Build(ctx, req)
 			if err != nil || again.Image != res.Image {

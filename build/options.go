@@ -13,7 +13,7 @@ type options struct {
 	runtimes          map[string]string
 	deps              Deps
 	indexes           map[string]string
-	observe           func(result string, d time.Duration)
+	observe           func(Observation)
 	timeout           time.Duration
 	concurrency       int
 	tenantConcurrency int
@@ -69,9 +69,20 @@ func WithIndex(runtime, url string) Option {
 	}
 }
 
-// WithObserver is told the result ("succeeded" or "failed") and duration of every finished
-// build (pending ones are not finished; cancelled ones are not counted). The default is none.
-func WithObserver(f func(result string, d time.Duration)) Option {
+// Observation is what an observer hears of a finished build.
+type Observation struct {
+	Result   string // "succeeded" or "failed"
+	Duration time.Duration
+	Runtime  string
+	// Dependencies says what became of the function's dependency layer: "" (none, or the build
+	// failed before it), "cached" (an existing layer), "installed" (installed for this build: here
+	// or by a deps Job) or "failed" (the install failed).
+	Dependencies string
+}
+
+// WithObserver is told of every finished build (pending ones are not finished; cancelled ones are
+// not counted), for metrics. The default is none.
+func WithObserver(f func(Observation)) Option {
 	return func(o *options) error { o.observe = f; return nil }
 }
 

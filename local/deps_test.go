@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/deps"
@@ -138,6 +139,36 @@ func TestDependencies(t *testing.T) {
 		}
 		if got := depsLayerDigest(t, u, f.Status.Image); got != firstLayer {
 			t.Errorf("pip's second install of the same key gave layer %s, the first %s (not deterministic)", got, firstLayer)
+		}
+	})
+	// Every build metric moved with the builds above (3 installs, 1 failed, 2 cache hits, 6 builds
+	// of which 1 failed, 6 uploads) and /fn/'s per-function series with the requests; Prometheus's
+	// metrics linter (promtool check metrics) finds nothing.
+	t.Run("metrics", func(t *testing.T) {
+		code, m := u.get("/metrics")
+		if code != 200 {
+			t.Fatalf("/metrics: %d", code)
+		}
+		for _, want := range []string{
+			`sless_builds_total{result="succeeded"} 5`, `sless_builds_total{result="failed"} 1`,
+			`sless_build_duration_seconds_count{result="succeeded"} 5`, `sless_build_duration_seconds_count{result="failed"} 1`,
+			`sless_dependency_installs_total{result="succeeded",runtime="python3.11"} 3`,
+			`sless_dependency_installs_total{result="failed",runtime="python3.11"} 1`,
+			`sless_dependency_cache_hits_total{runtime="python3.11"} 2`,
+			`sless_upload_bytes_count 6`,
+			`sless_function_requests_total{code="200",function="pyd",namespace="` + ns + `"}`,
+			`sless_function_request_duration_seconds_count{function="pyd2",namespace="` + ns + `"}`,
+		} {
+			if !strings.Contains(m, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+		if t.Failed() {
+			t.Logf("%s\n%s", grepLines(m, "sless_build"), grepLines(m, "sless_dep"))
+		}
+		problems, err := promlint.New(strings.NewReader(m)).Lint()
+		if err != nil || len(problems) != 0 {
+			t.Errorf("promlint: %v %+v", err, problems)
 		}
 	})
 	// Anyone who can push to the registry could replace a cached layer that other builds mount

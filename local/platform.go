@@ -64,6 +64,9 @@ type Config struct {
 	Subnet netip.Prefix
 	// ObserveBuild hears every finished build ("succeeded" or "failed"), for metrics.
 	ObserveBuild func(result string, d time.Duration)
+	// ObserveDependencies hears what became of each finished build's dependency layer ("cached",
+	// "installed", "failed"), for metrics.
+	ObserveDependencies func(runtime, outcome string)
 	// Logger receives the platform's log (default: none); Progress the slow first-start steps
 	// for a human (default: none).
 	Logger   *slog.Logger
@@ -259,7 +262,7 @@ func (p *Platform) Run(ctx context.Context) error {
 		build.WithDeps(deps.NewCache(store, &depsResolver{p: p}, p.db, p.cfg.DataDir)),
 		// Installers get the indexes without credentials: the proxy adds them upstream.
 		build.WithIndex(apiv1.RuntimePython311, indexproxy.Sanitize(p.cfg.PipIndexURL)), build.WithIndex(apiv1.RuntimeNodejs20, indexproxy.Sanitize(p.cfg.NPMRegistry)),
-		build.WithObserver(p.cfg.ObserveBuild), build.WithTempDir(p.cfg.DataDir))
+		build.WithObserver(p.observeBuild), build.WithTempDir(p.cfg.DataDir))
 	if err != nil {
 		return err
 	}
@@ -354,4 +357,14 @@ func (n *namespaces) Delete(ctx context.Context, ns string) error {
 		return c.Labels[runspec.LabelNamespace] == ns && c.Labels[runspec.LabelRole] != string(runspec.RoleFunction)
 	})
 	return nil
+}
+
+// observeBuild passes a finished build on to the configured observers.
+func (p *Platform) observeBuild(o build.Observation) {
+	if p.cfg.ObserveBuild != nil {
+		p.cfg.ObserveBuild(o.Result, o.Duration)
+	}
+	if p.cfg.ObserveDependencies != nil && o.Dependencies != "" {
+		p.cfg.ObserveDependencies(o.Runtime, o.Dependencies)
+	}
 }

@@ -297,7 +297,11 @@ func (c *config) setupControllerRole(ctx context.Context, mgr ctrl.Manager, code
 			return nil, err
 		}
 	}
-	if err := c.setupControllers(mgr, code, builds.Observe); err != nil {
+	observe := func(o build.Observation) {
+		builds.Observe(o.Result, o.Duration)
+		builds.ObserveDependencies(o.Runtime, o.Dependencies)
+	}
+	if err := c.setupControllers(mgr, code, observe); err != nil {
 		return nil, err
 	}
 	// New quota values, policies and a rotated pull secret reach the tenants that exist already
@@ -557,7 +561,7 @@ func newManager(leaderElect bool, namespace string) (ctrl.Manager, error) {
 }
 
 // setupControllers adds the reconcilers, with the build pipeline they share.
-func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observe func(string, time.Duration)) error {
+func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observe func(build.Observation)) error {
 	builder, err := oci.NewBuilder(oci.WithInsecure(c.insecure), oci.WithKeychain(c.keychain))
 	if err != nil {
 		return err

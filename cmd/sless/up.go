@@ -184,8 +184,9 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	p, err := local.Open(ctx, local.Config{DataDir: c.dataDir, RegistryListen: c.regListen, PodmanRoot: c.podmanRoot,
 		BasesDir: c.basesDir, Clock: clock, Logger: logger, Progress: stderr,
 		PipIndexURL: c.pipIndex, NPMRegistry: c.npmRegistry, DepsCAFile: c.depsCA, Subnet: c.subnet, IndexHosts: c.indexHosts, Quota: c.quota,
-		Autoscale:    []autoscale.Option{autoscale.WithStableWindow(c.stableWindow), autoscale.WithPanicWindow(c.panicWindow)},
-		ObserveBuild: func(result string, d time.Duration) { srv.ObserveBuild(result, d) }})
+		Autoscale:           []autoscale.Option{autoscale.WithStableWindow(c.stableWindow), autoscale.WithPanicWindow(c.panicWindow)},
+		ObserveBuild:        func(result string, d time.Duration) { srv.ObserveBuild(result, d) },
+		ObserveDependencies: func(runtime, outcome string) { srv.ObserveDependencies(runtime, outcome) }})
 	if err != nil {
 		return err
 	}

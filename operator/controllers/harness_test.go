@@ -5,7 +5,6 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -76,7 +75,7 @@ func (e *fnEnv) start(configure func(*startConfig)) (*controllers.FunctionReconc
 		t.Fatal(err)
 	}
 	opts := append([]build.Option{build.WithRegistry(e.reg), build.WithRuntimes(map[string]string{"python3.11": e.runtime}),
-		build.WithObserver(func(string, time.Duration) { e.builds.Add(1) })}, sc.pipeline...)
+		build.WithObserver(func(build.Observation) { e.builds.Add(1) })}, sc.pipeline...)
 	pipeline, err := build.New(e.code, b, opts...)
 	if err != nil {
 		t.Fatal(err)
