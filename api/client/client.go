@@ -335,6 +335,13 @@ func (c *Client) DeleteTrigger(ctx context.Context, name string) error {
 	return c.doJSON(ctx, http.MethodDelete, c.nsPath("/triggers/%s", name), nil, nil)
 }
 
+// ListJobs lists the namespace's jobs.
+func (c *Client) ListJobs(ctx context.Context) ([]apiv1.Job, error) {
+	var l apiv1.List[apiv1.Job]
+	err := c.doJSON(ctx, http.MethodGet, c.nsPath("/jobs"), nil, &l)
+	return l.Items, err
+}
+
 // CreateJob creates a job; a run_id above 0 runs it.
 func (c *Client) CreateJob(ctx context.Context, j apiv1.Job) (*apiv1.Job, error) {
 	var out apiv1.Job

@@ -1,0 +1,432 @@
+package main
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/api/client"
+	"github.com/sless-dev/sless/layers"
+	"github.com/sless-dev/sless/runtimes"
+)
+
+func fnCmd() *cobra.Command {
+	c := group("fn", "Deploy, list, inspect and delete functions")
+	c.Aliases = []string{"function", "functions"}
+	c.AddCommand(fnDeployCmd(), fnListCmd(), fnGetCmd(), fnRemoveCmd())
+	return c
+}
+
+type deployFlags struct {
+	name, runtime, entrypoint                      string
+	env                                            []string
+	memoryMB, timeoutSec, minReplicas, maxReplicas int
+	wait                                           time.Duration
+}
+
+func fnDeployCmd() *cobra.Command {
+	var f deployFlags
+	c := &cobra.Command{
+		Use:   "deploy DIR --name NAME --runtime RUNTIME",
+		Short: "Create or update a function from a directory, upload its code and wait until it is Ready",
+		Long: `Deploy ensures your namespace, zips DIR (sorted, fixed times; .git and .terraform left out;
+symlinks and special files refused), creates the function or updates its spec, uploads the code and
+follows the build until the function is Ready, printing each phase and message. When the build or
+the start fails it prints the phase and the platform's message and exits non-zero.
+
+On an existing function, a setting whose flag is not given keeps its value; --env replaces all of
+the function's environment variables.`,
+		Example: `  sless fn deploy ./hello --name hello --runtime python3.11
+  sless fn deploy . --name api --runtime nodejs20 --entrypoint index.handle --env MODE=prod --max-replicas 5`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return deploy(cmd, args[0], f)
+		},
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			return nil, cobra.ShellCompDirectiveFilterDirs
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.name, "name", "", "the function's name (a DNS label: lowercase letters, digits, '-')")
+	fl.StringVar(&f.runtime, "runtime", "", "runtime: "+strings.Join(runtimes.Names(), ", ")+" (required to create)")
+	fl.StringVar(&f.entrypoint, "entrypoint", "handler.handle", "handler: python module.function or node file.export")
+	fl.StringArrayVar(&f.env, "env", nil, "an environment variable K=V (repeat the flag for more)")
+	fl.IntVar(&f.memoryMB, "memory-mb", 0, "memory limit in MiB (0: the platform's default)")
+	fl.IntVar(&f.timeoutSec, "timeout-sec", 0, "request timeout in seconds (0: the platform's default)")
+	fl.IntVar(&f.minReplicas, "min-replicas", 0, "instances kept running when idle")
+	fl.IntVar(&f.maxReplicas, "max-replicas", 0, "most instances (0: the platform's default)")
+	fl.DurationVar(&f.wait, "wait-timeout", 10*time.Minute, "how long to wait for Ready")
+	c.MarkFlagRequired("name")
+	c.RegisterFlagCompletionFunc("runtime", cobra.FixedCompletions(runtimes.Names(), cobra.ShellCompDirectiveNoFileComp))
+	c.RegisterFlagCompletionFunc("name", func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return listNames(cmd, functionNames, toComplete)
+	})
+	return c
+}
+
+func parseEnv(kvs []string) (map[string]string, error) {
+	env := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usageError{fmt.Sprintf("--env %q must be K=V", kv)}
+		}
+		if _, dup := env[k]; dup {
+			return nil, usageError{fmt.Sprintf("--env %s is given twice", k)}
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+func deploy(cmd *cobra.Command, dir string, f deployFlags) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	changed := cmd.Flags().Changed
+	env, err := parseEnv(f.env)
+	if err != nil {
+		return err
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return usageError{fmt.Sprintf("%s is not a directory: give the directory holding the function's code", dir)}
+	}
+	z, sum, err := zipDir(dir)
+	if err != nil {
+		return err
+	}
+	// The platform checks the archive with the same rules; checking here says what to fix first.
+	if err := layers.ValidateZip(bytes.NewReader(z), int64(len(z))); err != nil {
+		return explain(err)
+	}
+	c, err := apiClient(stderr)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	if err := c.EnsureNamespace(ctx); err != nil {
+		return fmt.Errorf("ensuring namespace %s: %w", c.Namespace(), err)
+	}
+
+	cur, err := c.GetFunction(ctx, f.name)
+	switch {
+	case client.IsNotFound(err):
+		if f.runtime == "" {
+			return usageError{fmt.Sprintf("--runtime is required to create function %s (one of %s)", f.name, strings.Join(runtimes.Names(), ", "))}
+		}
+		spec := apiv1.Function{Name: f.name, Runtime: f.runtime, Entrypoint: f.entrypoint, MemoryMB: f.memoryMB, TimeoutSec: f.timeoutSec,
+			MinReplicas: f.minReplicas, MaxReplicas: f.maxReplicas}
+		if len(env) > 0 {
+			spec.EnvVars = env
+		}
+		if _, err := c.CreateFunction(ctx, spec); err != nil {
+			return fmt.Errorf("creating function %s: %w", f.name, err)
+		}
+		fmt.Fprintf(stderr, "created function %s in namespace %s\n", f.name, c.Namespace())
+	case err != nil:
+		return err
+	default:
+		spec := *cur
+		spec.Status = apiv1.FunctionStatus{}
+		if changed("runtime") {
+			spec.Runtime = f.runtime
+		}
+		if changed("entrypoint") || spec.Entrypoint == "" {
+			spec.Entrypoint = f.entrypoint
+		}
+		if changed("env") {
+			spec.EnvVars = env
+		}
+		for _, s := range []struct {
+			flag string
+			dst  *int
+			v    int
+		}{{"memory-mb", &spec.MemoryMB, f.memoryMB}, {"timeout-sec", &spec.TimeoutSec, f.timeoutSec},
+			{"min-replicas", &spec.MinReplicas, f.minReplicas}, {"max-replicas", &spec.MaxReplicas, f.maxReplicas}} {
+			if changed(s.flag) {
+				*s.dst = s.v
+			}
+		}
+		if _, err := c.UpdateFunction(ctx, spec); err != nil {
+			return fmt.Errorf("updating function %s: %w", f.name, err)
+		}
+		fmt.Fprintf(stderr, "updated function %s in namespace %s\n", f.name, c.Namespace())
+	}
+
+	up, err := c.Upload(ctx, f.name, bytes.NewReader(z), int64(len(z)))
+	if err != nil {
+		return fmt.Errorf("uploading the code of %s: %w", f.name, err)
+	}
+	if up.CodeSHA256 != sum {
+		return fmt.Errorf("the API stored code sha256 %s, but the archive sent has %s", up.CodeSHA256, sum)
+	}
+	fmt.Fprintf(stderr, "uploaded %s (sha256 %s)\n", humanBytes(int64(len(z))), sum[:12])
+
+	fn, err := follow(ctx, c, f.name, sum, f.wait, stderr)
+	if err != nil {
+		return err
+	}
+	if fn.Status.Phase == apiv1.PhaseFailed {
+		return fmt.Errorf("function %s failed (phase %s): %s", f.name, fn.Status.Phase, fn.Status.Message)
+	}
+	fmt.Fprintf(stdout, "function %s is Ready: %s\n", f.name, fn.Status.URL)
+	return nil
+}
+
+// follow polls the function until it runs code sha (Ready) or failed, printing each change of
+// phase or message on w.
+func follow(ctx context.Context, c *client.Client, name, sha string, timeout time.Duration, w io.Writer) (*apiv1.Function, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	last := ""
+	for {
+		f, err := c.GetFunction(ctx, name)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("function %s: gave up waiting after %s (it may still become Ready: see 'sless fn get %s')", name, time.Since(start).Round(time.Second), name)
+			}
+			return nil, err
+		}
+		now := string(f.Status.Phase)
+		if f.Status.Message != "" {
+			now += ": " + f.Status.Message
+		}
+		if now != last {
+			fmt.Fprintf(w, "[%5.1fs] %s\n", time.Since(start).Seconds(), now)
+			last = now
+		}
+		if f.Status.CodeSHA256 == sha && (f.Status.Phase == apiv1.PhaseReady || f.Status.Phase == apiv1.PhaseFailed) {
+			return f, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("function %s is still %s after %s (it keeps going: see 'sless fn get %s')", name, now, time.Since(start).Round(time.Second), name)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func fnListCmd() *cobra.Command {
+	var out string
+	c := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List your functions",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			c, err := apiClient(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			fns, err := c.ListFunctions(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if out != outTable {
+				return printStructured(cmd.OutOrStdout(), out, apiv1.List[apiv1.Function]{Items: orEmpty(fns)})
+			}
+			rows := make([][]string, 0, len(fns))
+			for _, f := range fns {
+				rows = append(rows, []string{f.Name, f.Runtime, orDash(string(f.Status.Phase)),
+					fmt.Sprintf("%d/%d", f.Status.Replicas, f.Status.DesiredReplicas), orDash(f.Status.URL), oneLine(f.Status.Message, 60)})
+			}
+			return table(cmd.OutOrStdout(), []string{"NAME", "RUNTIME", "PHASE", "REPLICAS", "URL", "MESSAGE"}, rows)
+		},
+	}
+	addOutputFlag(c, &out)
+	return c
+}
+
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func fnGetCmd() *cobra.Command {
+	var out string
+	c := &cobra.Command{
+		Use:               "get NAME",
+		Short:             "Show one function: its spec and status",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeNames(functionNames),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			c, err := apiClient(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			f, err := c.GetFunction(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if out != outTable {
+				return printStructured(cmd.OutOrStdout(), out, f)
+			}
+			return describeFunction(cmd.OutOrStdout(), f)
+		},
+	}
+	addOutputFlag(c, &out)
+	return c
+}
+
+// describeFunction is `fn get`'s table: one field a line. Env values are left out (they may be
+// secrets); -o json or yaml shows them.
+func describeFunction(w io.Writer, f *apiv1.Function) error {
+	envNames := make([]string, 0, len(f.EnvVars))
+	for k := range f.EnvVars {
+		envNames = append(envNames, k)
+	}
+	sort.Strings(envNames)
+	st := f.Status
+	rows := [][]string{
+		{"Name:", f.Name},
+		{"Runtime:", f.Runtime},
+		{"Entrypoint:", orDash(f.Entrypoint)},
+		{"Phase:", orDash(string(st.Phase))},
+		{"Message:", orDash(st.Message)},
+		{"URL:", orDash(st.URL)},
+		{"Image:", orDash(st.Image)},
+		{"Code sha256:", orDash(st.CodeSHA256)},
+		{"Memory:", fmt.Sprintf("%d MiB", f.MemoryMB)},
+		{"Timeout:", fmt.Sprintf("%d s", f.TimeoutSec)},
+		{"Replicas:", fmt.Sprintf("%d ready, %d desired (min %d, max %d, concurrency %d, idle timeout %d s)",
+			st.Replicas, st.DesiredReplicas, f.MinReplicas, f.MaxReplicas, f.Concurrency, f.IdleTimeoutSec)},
+		{"Env:", orDash(strings.Join(envNames, ", "))},
+	}
+	if st.LastBuiltAt != nil {
+		rows = append(rows, []string{"Last built:", st.LastBuiltAt.Format(time.RFC3339)})
+	}
+	if b := st.Build; b != nil {
+		deps := "no dependencies"
+		if b.DepsKey != "" {
+			deps = "dependencies built"
+			if b.DepsCached {
+				deps = "dependencies cached"
+			}
+		}
+		rows = append(rows, []string{"Build:", fmt.Sprintf("%s ms, %s", strconv.FormatInt(b.DurationMS, 10), deps)})
+		if b.DepsWarning != "" {
+			rows = append(rows, []string{"Warning:", b.DepsWarning})
+		}
+	}
+	for _, r := range rows {
+		if _, err := fmt.Fprintf(w, "%-13s %s\n", r[0], r[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fnRemoveCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm NAME...",
+		Aliases: []string{"delete"},
+		Short:   "Delete functions with their code, images and invocation records",
+		Args:    cobra.MinimumNArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			return listNames(cmd, functionNames, toComplete)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := apiClient(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, name := range args {
+				if err := c.DeleteFunction(cmd.Context(), name); err != nil {
+					errs = append(errs, fmt.Errorf("deleting %s: %w", name, err))
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "function %s deleted\n", name)
+			}
+			return errors.Join(errs...)
+		},
+	}
+}
+
+// zipEpoch is the earliest time a zip header can hold; every entry gets it, so the archive's bytes
+// (and its sha256, the function's code_sha256) depend only on file names, modes and contents.
+var zipEpoch = time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// zipDir zips a function's directory as the Terraform provider zips source_dir (provider/zip.go;
+// the same directory gives the same archive, so the same code_sha256): sorted paths, fixed
+// times, only the execute bit kept from the mode, .git and .terraform left out. Symlinks and
+// special files are refused (the platform would refuse them too).
+func zipDir(dir string) ([]byte, string, error) {
+	var files []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != dir && (d.Name() == ".terraform" || d.Name() == ".git") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("%s is not a regular file (symlinks and special files cannot be deployed)\n  fix: %s", p, "replace links and special files with regular files")
+		}
+		files = append(files, p)
+		return nil
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("reading %s: %w", dir, err)
+	}
+	if len(files) == 0 {
+		return nil, "", fmt.Errorf("%s holds no files", dir)
+	}
+	sort.Strings(files)
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, p := range files {
+		rel, _ := filepath.Rel(dir, p)
+		info, err := os.Stat(p)
+		if err != nil {
+			return nil, "", err
+		}
+		mode := fs.FileMode(0o644)
+		if info.Mode()&0o111 != 0 {
+			mode = 0o755
+		}
+		h := &zip.FileHeader{Name: filepath.ToSlash(rel), Method: zip.Deflate, Modified: zipEpoch}
+		h.SetMode(mode)
+		w, err := zw.CreateHeader(h)
+		if err != nil {
+			return nil, "", err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, "", err
+		}
+		if _, err := w.Write(b); err != nil {
+			return nil, "", err
+		}
+	}
+	if err := zw.Close(); err != nil {
+		return nil, "", err
+	}
+	s := sha256.Sum256(buf.Bytes())
+	return buf.Bytes(), hex.EncodeToString(s[:]), nil
+}
