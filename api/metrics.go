@@ -87,7 +87,11 @@ func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func newMetrics() *metrics {
+// newMetrics makes the collectors, counting builds on builds (nil: a set of its own).
+func newMetrics(builds *BuildMetrics) *metrics {
+	if builds == nil {
+		builds = NewBuildMetrics()
+	}
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -97,7 +101,7 @@ func newMetrics() *metrics {
 			Name: "sless_http_request_duration_seconds", Help: "HTTP request latency by route template.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"route"}),
-		builds: NewBuildMetrics(),
+		builds: builds,
 		uploadBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "sless_upload_bytes", Help: "Size of the code archives uploaded (accepted ones).",
 			Buckets: prometheus.ExponentialBuckets(1<<10, 4, 10), // 1 KiB … 256 MiB
@@ -138,7 +142,7 @@ var _ prometheus.Collector = (*BuildMetrics)(nil)
 
 // NewBuildMetrics makes the build counters, registered nowhere yet.
 func NewBuildMetrics() *BuildMetrics {
-	return &BuildMetrics{
+	b := &BuildMetrics{
 		builds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sless_builds_total", Help: "Function builds by result (succeeded, failed).",
 		}, []string{"result"}),
@@ -153,6 +157,13 @@ func NewBuildMetrics() *BuildMetrics {
 			Name: "sless_dependency_installs_total", Help: "Dependency installs a build waited for, by runtime and result (succeeded, failed).",
 		}, []string{"runtime", "result"}),
 	}
+	// Both results exist from the start (at 0), so that rate() and absent() work before the
+	// first build.
+	for _, r := range []string{"succeeded", "failed"} {
+		b.builds.WithLabelValues(r)
+		b.seconds.WithLabelValues(r)
+	}
+	return b
 }
 
 // Observe records a finished build ("succeeded" or "failed").

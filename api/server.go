@@ -47,6 +47,7 @@ type options struct {
 	uploadRate     float64
 	uploadBurst    int
 	maxHeld        int
+	buildMetrics   *BuildMetrics
 }
 
 // WithVerifier sets how bearer tokens are verified. Required.
@@ -95,6 +96,10 @@ func WithUploadRate(perMinute float64, burst int) Option {
 // WithMaxHeld bounds the requests of one function /fn/ holds while every instance is at its
 // concurrency or none is ready yet (default DefaultMaxHeld); beyond it, 429 throttled.
 func WithMaxHeld(n int) Option { return func(o *options) { o.maxHeld = n } }
+
+// WithBuildMetrics counts builds on b (shared with a build pipeline in the same process) instead
+// of a set of the server's own.
+func WithBuildMetrics(b *BuildMetrics) Option { return func(o *options) { o.buildMetrics = b } }
 
 // DefaultMaxHeld is WithMaxHeld's default.
 const DefaultMaxHeld = 100
@@ -157,7 +162,7 @@ func New(b Backend, opts ...Option) (*Server, error) {
 			DisableCompression: true,
 		}
 	}
-	s := &Server{o: o, b: b, metrics: newMetrics(), view: b.Serving, uploads: newTenantLimits(o.uploadRate, o.uploadBurst)}
+	s := &Server{o: o, b: b, metrics: newMetrics(o.buildMetrics), view: b.Serving, uploads: newTenantLimits(o.uploadRate, o.uploadBurst)}
 	if s.view == nil {
 		s.view = &ServingView{Functions: b.Functions, Triggers: b.Triggers}
 	}

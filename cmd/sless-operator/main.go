@@ -115,7 +115,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.role, "role", roleAll, "what this process runs: "+roleAPI+" (the REST API and /fn/: stateless, as many replicas as you like), "+roleController+" (the reconcilers, the autoscaler and the index proxy, active on the leader of the Lease only) or "+roleAll+" (both in one process)")
 	fs.StringVar(&c.listen, "listen", ":8080", "REST API and /fn/ address (with --role=controller: /healthz, /readyz and /metrics only)")
 	// The URL carries a password: from the environment (a Secret), never from argv.
-	fs.StringVar(&c.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL (≥ 14) keeping the invocation history of /fn/, shared by every API replica (default: $DATABASE_URL; the schema is migrated at start); empty: each replica keeps the last 1,000 per function in memory")
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL (≥ 14) keeping the invocation history of /fn/, shared by every API replica (default: $DATABASE_URL; the schema is migrated at start); empty: each replica keeps the last 1,000 per function in memory")
 	fs.DurationVar(&c.retention, "invocation-retention", 7*24*time.Hour, "invocation records older than this are deleted (with --database-url)")
 	fs.DurationVar(&c.shutdownDelay, "shutdown-delay-duration", 0, "on SIGTERM, keep serving this long with /readyz failing before closing the listener (as kube-apiserver's flag): for load balancers that learn of a stopping replica only from its readiness (on Kubernetes the pod's preStop sleep does this)")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 15*time.Minute, "on SIGTERM, how long the requests in flight (a function may run up to 15 min) may take to finish before the process exits; keep the pod's terminationGracePeriodSeconds above it")
@@ -150,8 +150,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.uploadBurst, "upload-burst", api.DefaultUploadBurst, "code uploads a namespace may make at once above --upload-rate")
 	fs.StringVar(&c.operatorImage, "operator-image", "", "this operator's image (by digest): deps Jobs run its `sless deps push`; empty refuses functions with dependencies")
 	// Index URLs may carry credentials: from the environment (a Secret), never from argv.
-	fs.StringVar(&c.pipIndex, "pip-index-url", os.Getenv("PIP_INDEX_URL"), "package index for pip installs in deps Jobs (default: $PIP_INDEX_URL, else the runtime's); credentials in it go in the environment, not here")
-	fs.StringVar(&c.npmRegistry, "npm-registry", os.Getenv("NPM_REGISTRY"), "npm registry for npm installs in deps Jobs (default: $NPM_REGISTRY, else the runtime's); credentials in it go in the environment, not here")
+	// Not as the flags' defaults: a usage message would print them.
+	fs.StringVar(&c.pipIndex, "pip-index-url", "", "package index for pip installs in deps Jobs (default: $PIP_INDEX_URL, else the runtime's); credentials in it go in the environment, not here")
+	fs.StringVar(&c.npmRegistry, "npm-registry", "", "npm registry for npm installs in deps Jobs (default: $NPM_REGISTRY, else the runtime's); credentials in it go in the environment, not here")
 	fs.StringVar(&c.egress, "deps-egress", "", "comma-separated CIDR or CIDR:PORT deps Job pods may reach besides DNS and the index proxy (the registry, for their push step), for tenant NetworkPolicies")
 	fs.BoolVar(&c.policyGate, "wait-for-network-policy", false, "start every pod of tenant code with --operator-image's `sless policy-wait`, so none of its code runs before its NetworkPolicy is in force (needs an enforcing NetworkPolicy implementation)")
 	fs.StringVar(&c.indexProxy, "index-proxy-listen", "", "serve the index proxy deps Jobs' installers go through (e.g. :3128, behind the sless-index-proxy Service); empty: installers reach the indexes directly")
@@ -169,6 +170,14 @@ func parseFlags(args []string) (*config, error) {
 	fs.Var(quantityFlag{&c.quota.ContainerCPU}, "tenant-container-cpu", "CPU limit of a tenant container that sets none, and the most one may set (the LimitRange)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	for _, v := range []struct {
+		dst *string
+		env string
+	}{{&c.pipIndex, "PIP_INDEX_URL"}, {&c.npmRegistry, "NPM_REGISTRY"}, {&c.databaseURL, "DATABASE_URL"}} {
+		if *v.dst == "" {
+			*v.dst = os.Getenv(v.env)
+		}
 	}
 	for _, q := range []resource.Quantity{c.quota.CPU, c.quota.Memory, c.quota.EphemeralStorage, c.quota.ContainerCPU,
 		*resource.NewQuantity(c.quota.Pods, resource.DecimalSI), *resource.NewQuantity(c.quota.Functions, resource.DecimalSI)} {
@@ -360,12 +369,11 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 		logger.Warn("no --database-url: the invocation history is this replica's own, in memory")
 	}
 	srv, err := api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(c.publicURL), api.WithFunctionDomain(c.fnDomain),
-		api.WithUploadRate(c.uploadRate, c.uploadBurst), api.WithMaxHeld(c.maxHeld), api.WithReadiness(cachesSynced(mgr, servingKinds...)))
+		api.WithUploadRate(c.uploadRate, c.uploadBurst), api.WithMaxHeld(c.maxHeld), api.WithReadiness(cachesSynced(mgr, servingKinds...)),
+		api.WithBuildMetrics(builds)) // the controllers' builds, when they run in this process
+
 	if err != nil {
 		return nil, err
-	}
-	if c.runsControllers() {
-		srv.Metrics().MustRegister(builds)
 	}
 	if history != nil {
 		srv.Metrics().MustRegister(history)
@@ -394,15 +402,19 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 		} else {
 			lerr <- nil
 		}
-		// On the signal /readyz fails at once; the listener closes --shutdown-delay-duration later.
+		// On the signal /readyz fails at once and answers say Connection: close (clients move to
+		// another replica instead of reusing a connection that is about to close); the listener
+		// closes --shutdown-delay-duration later.
+		hs := api.NewHTTPServer("", srv.Handler(), logger)
 		sctx, shutdown := context.WithCancel(context.WithoutCancel(ctx))
 		defer shutdown()
 		context.AfterFunc(ctx, func() {
 			srv.Drain()
+			hs.SetKeepAlivesEnabled(false)
 			logger.Info("draining", "delay", c.shutdownDelay.String(), "timeout", c.drainTimeout.String())
 			time.AfterFunc(c.shutdownDelay, shutdown)
 		})
-		err := api.Serve(sctx, api.NewHTTPServer("", srv.Handler(), logger), ln, c.drainTimeout)
+		err := api.Serve(sctx, hs, ln, c.drainTimeout)
 		stopLoads()
 		if history != nil {
 			// What the drained requests recorded is written before the process goes.
@@ -503,8 +515,25 @@ func (c *config) codeStore(ctx context.Context) (codestore.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		// A fresh install has no bucket yet; uploads would fail with NoSuchBucket.
-		return s3, s3.EnsureBucket(ctx)
+		// A fresh install has no bucket yet; uploads would fail with NoSuchBucket. The controller
+		// makes it, retrying in the background: a pod that starts while S3 is away must still
+		// serve (the API, /fn/ and the functions that run need no S3).
+		if c.runsControllers() {
+			go func() {
+				for ctx.Err() == nil {
+					err := s3.EnsureBucket(ctx)
+					if err == nil {
+						return
+					}
+					slog.Warn("creating the code store's bucket; retrying in 5 s", "error", err)
+					select {
+					case <-ctx.Done():
+					case <-time.After(5 * time.Second):
+					}
+				}
+			}()
+		}
+		return s3, nil
 	}
 	return nil, errors.New("give --code-dir or --s3-bucket")
 }
@@ -556,8 +585,9 @@ func newManager(leaderElect bool, namespace string) (ctrl.Manager, error) {
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Label: ours}}},
 		// A pod that stops hands the Lease on at once instead of letting it expire (15 s).
 		LeaderElection: leaderElect, LeaderElectionID: leaseName, LeaderElectionNamespace: namespace, LeaderElectionReleaseOnCancel: true,
-		// A leader that dies without releasing (a node lost) is replaced within 12 s.
-		LeaseDuration: ptr.To(10 * time.Second), RenewDeadline: ptr.To(8 * time.Second), RetryPeriod: ptr.To(2 * time.Second)})
+		// A leader that dies without releasing (a node lost) is replaced within 8 s + the standby's
+		// retry (1 s, jittered up to 2.2 s) after its last renewal: ≈ 10–12.5 s, under 15 s.
+		LeaseDuration: ptr.To(8 * time.Second), RenewDeadline: ptr.To(5 * time.Second), RetryPeriod: ptr.To(1 * time.Second)})
 }
 
 // setupControllers adds the reconcilers, with the build pipeline they share.

@@ -82,6 +82,18 @@ func TestOperatorBinary(t *testing.T) {
 			t.Errorf("found only %d args in manager.yaml", n)
 		}
 	})
+	t.Run("credentials from the environment never reach a usage message", func(t *testing.T) {
+		cmd := exec.Command(bin, "--no-such-flag")
+		cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://sless:hunter2-db@db:5432/sless", "PIP_INDEX_URL=https://u:hunter2-pip@pypi.example/simple",
+			"NPM_REGISTRY=https://u:hunter2-npm@npm.example/")
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "-database-url") {
+			t.Fatalf("want a usage error: %v\n%s", err, out)
+		}
+		if strings.Contains(string(out), "hunter2") {
+			t.Errorf("the usage message shows a credential:\n%s", out)
+		}
+	})
 	secret := "0123456789abcdef0123456789abcdef-operator"
 	os.WriteFile(filepath.Join(dir, "secret"), []byte(secret), 0o600)
 	listen := testenv.FreeAddr(t)

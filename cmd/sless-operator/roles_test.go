@@ -151,7 +151,7 @@ func TestRolesApart(t *testing.T) {
 	}
 	built := func(c *apiclient.Client, fn string) {
 		t.Helper()
-		if _, err := c.CreateFunction(ctx, apiv1.Function{Name: fn, Runtime: "python3.11", TimeoutSec: 2}); err != nil {
+		if _, err := c.CreateFunction(ctx, apiv1.Function{Name: fn, Runtime: "python3.11", TimeoutSec: 5}); err != nil {
 			t.Fatal(err)
 		}
 		z := testenv.Zip(map[string]string{"handler.py": "def handle(e): return '" + fn + "'\n"})
@@ -211,6 +211,25 @@ func TestRolesApart(t *testing.T) {
 	}
 	t.Logf("failover: the standby leads %v after the leader was told to stop", took.Round(time.Millisecond))
 	built(clientOf(apiB), "second")
+
+	// A leader that dies without releasing the Lease (SIGKILL: a node lost) is replaced within 15 s.
+	ctlC := start("controller-c", "controller")
+	ready(ctlC)
+	before = holder()
+	killed := time.Now()
+	standby.cmd.Process.Kill()
+	<-standby.done
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if h := holder(); h != "" && h != before && strings.Contains(ctlC.logs(), acquired) {
+			took = time.Since(killed)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no controller took over within 15 s of the leader's SIGKILL (holder %q)", holder())
+		}
+	}
+	t.Logf("failover after SIGKILL: %v", took.Round(time.Millisecond))
+	built(clientOf(apiB), "third")
 
 	// A stopping API replica: a request it holds (no instance will ever come up here) is answered,
 	// /readyz fails during the shutdown delay while other requests are still served, and it exits 0.

@@ -140,11 +140,13 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 	api := hostPort(cluster.Endpoint)
 	want := map[string]string{
 		// allowed: DNS to the cluster DNS, by its Service and its pod
-		"tcp:" + dnsIP + ":53":                      "open",
-		"dns:" + dnsSvc.Spec.ClusterIP + ":53":      "answered",
-		"dns:" + dnsIP + ":53":                      "answered",
-		"dns:" + k1n.NodeIP + ":53":                 "blocked", // any other resolver
-		"tcp:" + cluster.Registry:                   "blocked", // the registry
+		"tcp:" + dnsIP + ":53":                 "open",
+		"dns:" + dnsSvc.Spec.ClusterIP + ":53": "answered",
+		"dns:" + dnsIP + ":53":                 "answered",
+		"dns:" + k1n.NodeIP + ":53":            "blocked", // any other resolver
+		"tcp:" + cluster.Registry:              "blocked", // the registry (the e2e's fault proxy)
+		"tcp:" + cluster.RegistryDirect:        "blocked", // … itself
+		fmt.Sprintf("tcp:%s:%d", cluster.Postgres.Host, cluster.Postgres.Port): "blocked", // the invocation history
 		"tcp:" + s3:                                 "blocked", // S3
 		"tcp:" + api:                                "blocked", // the API's NodePort
 		"tcp:" + apiIP + ":8080":                    "blocked", // the API's pod

@@ -94,8 +94,9 @@ func TestSoak(t *testing.T) {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			// Each worker its own connections: kube-proxy spreads them over both replicas.
-			hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
+			// Each worker its own connections: kube-proxy spreads them over both replicas; half
+			// the workers open one per request, so both replicas surely serve.
+			hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2, DisableKeepAlives: w%2 == 1}}
 			for i := w; ; i++ {
 				select {
 				case <-stop:

@@ -40,6 +40,8 @@ type Env struct {
 	Registry string // where function images go (host:port): the proxy in front of the cluster's registry
 	// RegistryFaults is that proxy: it refuses pushes while a test makes it fail.
 	RegistryFaults *faultproxy.Proxy
+	// RegistryDirect is the cluster's registry itself (host:port), behind the proxy.
+	RegistryDirect string
 	// RegistryAuth is the platform's credential for Registry (which serves nothing anonymously).
 	RegistryAuth authn.Authenticator
 	// RegistryKeys derive every other identity's credential (regauth).
@@ -153,7 +155,8 @@ func Start(log io.Writer) (_ *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e.RegistryFaults, err = faultproxy.Start(NodeIP, "http://"+net.JoinHostPort(NodeIP, strings.TrimSpace(string(port))),
+	e.RegistryDirect = net.JoinHostPort(NodeIP, strings.TrimSpace(string(port)))
+	e.RegistryFaults, err = faultproxy.Start(NodeIP, "http://"+e.RegistryDirect,
 		faultproxy.WithMethods(http.MethodPost, http.MethodPut, http.MethodPatch), faultproxy.WithStatus(http.StatusServiceUnavailable))
 	if err != nil {
 		return nil, &MissingError{"a proxy in front of the registry", err}

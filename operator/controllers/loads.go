@@ -119,8 +119,12 @@ func (s *LoadScraper) replicas(ctx context.Context) ([]replica, error) {
 			continue
 		}
 		for _, ep := range sl.Endpoints {
+			// A replica that is draining (terminating, its readiness failed on purpose) still
+			// holds requests and takes pokes until it is gone: keep asking it.
 			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
-			if serving := ep.Conditions.Serving; !ready && (serving == nil || !*serving) {
+			serving := ep.Conditions.Serving != nil && *ep.Conditions.Serving
+			terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
+			if !ready && !serving && !terminating {
 				continue
 			}
 			for _, a := range ep.Addresses {

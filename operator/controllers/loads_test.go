@@ -121,9 +121,12 @@ func TestLoadScraperSumsTheReplicas(t *testing.T) {
 	d.route("10.0.0.2:9090", b)
 	d.route("10.0.0.3:9090", c)
 	d.route("10.0.0.4:9090", c) // a pod not ready: never asked
+	// A replica draining (terminating, its readiness failed on purpose) still holds requests: asked.
+	e := newFakeReplica(t, apiv1.Loads{Functions: []apiv1.FunctionLoad{{Namespace: "sless-0000000000000003", Name: "draining", Held: 1}}})
+	d.route("10.0.0.5:9090", e)
 
 	sl := loadsSlice(ns, endpoint{"api-a", "10.0.0.1", true, false}, endpoint{"api-b", "10.0.0.2", true, false},
-		endpoint{"api-c", "10.0.0.3", true, true}, endpoint{"api-d", "10.0.0.4", false, false})
+		endpoint{"api-c", "10.0.0.3", true, true}, endpoint{"api-d", "10.0.0.4", false, false}, endpoint{"api-e", "10.0.0.5", false, true})
 	if err := env.Client.Create(ctx, sl); err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +137,7 @@ func TestLoadScraperSumsTheReplicas(t *testing.T) {
 		{Namespace: "sless-0000000000000001", Name: "hot", InFlight: 3, Held: 3, Instances: []activator.InstanceLoad{
 			{ID: "hot-1", InFlight: 3, LastActive: t0.Add(time.Second)}, {ID: "hot-2", LastActive: t0}}},
 		{Namespace: "sless-0000000000000002", Name: "cold", Held: 3},
+		{Namespace: "sless-0000000000000003", Name: "draining", Held: 1},
 	}
 	check := func(what string, want []activator.Load, partial bool) {
 		t.Helper()
@@ -151,11 +155,12 @@ func TestLoadScraperSumsTheReplicas(t *testing.T) {
 			t.Errorf("%s:\n got %+v partial %v\nwant %+v partial %v", what, got.Functions, got.Partial, want, partial)
 		}
 	}
-	check("every replica answers (a terminating one that still serves included)", all, false)
+	check("every replica answers (terminating ones, serving or draining, included)", all, false)
 
-	// b hangs, c is dead: their last answers stand for KeepAnswer.
+	// b hangs, c and e are dead: their last answers stand for KeepAnswer.
 	b.slow.Store(true)
 	c.srv.Close()
+	e.srv.Close()
 	advance(2 * time.Second)
 	check("b slow and c dead, within KeepAnswer", all, false)
 
