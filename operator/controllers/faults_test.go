@@ -99,10 +99,11 @@ func TestBuildRetriedWhileTheRegistryRefusesPushes(t *testing.T) {
 			t.Logf("  %6.2fs %-8s %q", s.at.Seconds(), s.phase, msg)
 		}
 	}
-	// failedSaying finds a Failed status naming the registry's answer and the next attempt.
-	failedSaying := func(statuses []seen, answer string) bool {
+	// saying finds a status in phase naming the registry's answer and the next attempt: a 5xx
+	// passes (Building, so that Terraform and the CLI wait on), a 403 does not (Failed).
+	saying := func(statuses []seen, phase apiv1.Phase, answer string) bool {
 		for _, s := range statuses {
-			if s.phase == string(apiv1.PhaseFailed) && strings.Contains(s.message, answer) && strings.Contains(s.message, "retrying in") {
+			if s.phase == string(phase) && strings.Contains(s.message, answer) && strings.Contains(s.message, "retrying in") {
 				return true
 			}
 		}
@@ -136,7 +137,7 @@ func TestBuildRetriedWhileTheRegistryRefusesPushes(t *testing.T) {
 		if len(refused) == 0 {
 			t.Fatal("no push was refused: the fault did not hit the build")
 		}
-		if !failedSaying(statuses, "500 Internal Server Error") {
+		if !saying(statuses, apiv1.PhaseBuilding, "500 Internal Server Error") {
 			t.Error("no status said the registry refused the push and when the build is retried")
 		}
 		// Once the registry works the next attempt comes within the first backoff steps, not
@@ -169,7 +170,7 @@ func TestBuildRetriedWhileTheRegistryRefusesPushes(t *testing.T) {
 		if len(refused) == 0 {
 			t.Fatal("no push was refused")
 		}
-		if !failedSaying(statuses, "403 Forbidden") {
+		if !saying(statuses, apiv1.PhaseFailed, "403 Forbidden") {
 			t.Error("no status said the registry refused the push and when the build is retried")
 		}
 		// Attempts 1 s, 2 s, 4 s apart: at most 4 within 5 s (a loop made dozens), each

@@ -58,6 +58,15 @@ func (f *Function) MarkFailed(reason, msg string) {
 	}
 }
 
+// MarkBuildRetrying: the platform failed this build in a way that passes (a registry or code
+// store that did not answer, answered 5xx or throttled) and tries again: still Building, so that
+// clients waiting for Ready (Terraform, the CLI) wait on; the message says why and when.
+func (f *Function) MarkBuildRetrying(reason, msg string) {
+	f.Status.Phase, f.Status.Message = apiv1.PhaseBuilding, msg
+	f.Status.set(FunctionBuilt, metav1.ConditionFalse, reason, msg, f.Generation)
+	f.Status.set(FunctionReady, metav1.ConditionFalse, "Building", "waiting for the image", f.Generation)
+}
+
 // MarkPending: waiting for code.
 func (f *Function) MarkPending(msg string) {
 	f.Status.Phase, f.Status.Message = apiv1.PhasePending, msg
