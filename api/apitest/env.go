@@ -130,8 +130,12 @@ func NewEnvWith(t testing.TB, b Backend, code codestore.Store, codeDir string, v
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewUnstartedServer(s.Handler())
-	hs.Config = api.NewHTTPServer("", s.Handler(), nil)
+	h := s.Handler()
+	if _, bench := t.(*testing.B); !bench {
+		h = checkOpenAPI(t.Errorf, OpenAPIStats(b.Name), h) // see openapi.go
+	}
+	hs := httptest.NewUnstartedServer(h)
+	hs.Config = api.NewHTTPServer("", h, nil)
 	hs.Start()
 	t.Cleanup(hs.Close)
 	token, err := auth.IssueHS256(Secret, subject, time.Hour)

@@ -4,6 +4,8 @@ import "testing"
 
 // Run runs the whole suite on b, each test as a subtest.
 func Run(t *testing.T, b Backend) {
+	seen := OpenAPIStats(b.Name).snapshot()
+	t.Cleanup(func() { t.Logf("OpenAPI document (%s): %s", b.Name, OpenAPIStats(b.Name).since(seen)) })
 	for _, tc := range []struct {
 		name string
 		test func(*testing.T, Backend)
