@@ -36,7 +36,8 @@ import (
 //     refused with a 4xx the operation lists: the document may be stricter than the server only
 //     where the server refuses too.
 //   - A path the document does not list is answered 404 not_found, a method a listed path does not
-//     have 405 method_not_allowed, both with the error envelope.
+//     have 405 method_not_allowed, both with the error envelope (the router's own answers: they
+//     carry no X-Request-Id, so only the status and the body are checked).
 //   - Under /fn/, the function's own answers (the platform reached it: it sent a response) are
 //     anyone's: only the request is checked. The platform's own answers (404, 429, 502, 503, 504,
 //     413, …) are checked like any other.
@@ -144,8 +145,9 @@ func checkOpenAPI(report func(format string, args ...any), counts *OpenAPICounts
 		r2 := r.WithContext(ctx)
 		r2.Body = in
 		next.ServeHTTP(out, r2)
-		if !in.eof && !in.tooLong {
-			// What the handler did not read (a refusal): the rest, for the request's check.
+		if !in.eof && !in.tooLong && r.Body != http.NoBody {
+			// What the handler did not read (a refusal): the rest, for the request's check. The
+			// server sets its own deadlines again for the connection's next request.
 			http.NewResponseController(w).SetReadDeadline(time.Now().Add(5 * time.Second))
 			in.readRest()
 		}
