@@ -181,6 +181,11 @@ func New(b Backend, opts ...Option) (*Server, error) {
 	// /fn/ is the hot path: it skips the router's regexp matching of every /v1 route.
 	fn := s.requestID(s.recoverPanics(s.observe(http.HandlerFunc(s.invoke))))
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			// Each client learns with its next answer to go elsewhere, and closes the connection
+			// itself: nothing is closed under a request it is sending.
+			w.Header().Set("Connection", "close")
+		}
 		if s.o.fnDomain != "" {
 			// Checked before the path: on a function's host every path is the function's.
 			if _, _, under, _ := runspec.SplitFunctionHost(s.o.fnDomain, r.Host); under {
@@ -266,8 +271,9 @@ func (s *Server) routes() *mux.Router {
 	return r
 }
 
-// Drain makes /readyz fail from now on (it latches): a replica told to stop leaves its Service's
-// endpoints while it finishes the requests it has (Serve's graceful shutdown).
+// Drain makes /readyz fail from now on (it latches) and every answer close its connection: a
+// replica told to stop leaves its Service's endpoints, and its clients reconnect elsewhere, while it
+// finishes the requests it has (Serve's graceful shutdown).
 func (s *Server) Drain() { s.draining.Store(true) }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {

@@ -403,14 +403,13 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 			lerr <- nil
 		}
 		// On the signal /readyz fails at once and answers say Connection: close (clients move to
-		// another replica instead of reusing a connection that is about to close); the listener
-		// closes --shutdown-delay-duration later.
+		// another replica, closing their connections themselves); the listener closes and idle
+		// connections go --shutdown-delay-duration later.
 		hs := api.NewHTTPServer("", srv.Handler(), logger)
 		sctx, shutdown := context.WithCancel(context.WithoutCancel(ctx))
 		defer shutdown()
 		context.AfterFunc(ctx, func() {
 			srv.Drain()
-			hs.SetKeepAlivesEnabled(false)
 			logger.Info("draining", "delay", c.shutdownDelay.String(), "timeout", c.drainTimeout.String())
 			time.AfterFunc(c.shutdownDelay, shutdown)
 		})

@@ -266,6 +266,12 @@ func TestRolesApart(t *testing.T) {
 	if _, err := c.GetFunction(ctx, "first"); err != nil {
 		t.Errorf("a request during the shutdown delay: %v", err)
 	}
+	// …answered with Connection: close: the client moves to another replica by itself.
+	if resp, err := http.Get("http://" + apiA.addr + "/healthz"); err != nil || !resp.Close {
+		t.Errorf("an answer during the shutdown delay keeps the connection: %v", err)
+	} else {
+		resp.Body.Close()
+	}
 	select {
 	case code := <-held:
 		if code != http.StatusGatewayTimeout {
