@@ -122,7 +122,8 @@ func TestUpgradeAdoptsAnEarlierVersion(t *testing.T) {
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, line := range strings.Split(string(metrics), "\n") {
-		if strings.HasPrefix(line, "sless_builds_total{") {
+		// Both results are listed from the start, at 0.
+		if strings.HasPrefix(line, "sless_builds_total{") && !strings.HasSuffix(line, " 0") {
 			t.Errorf("the upgrade built again: %s", line)
 		}
 	}
