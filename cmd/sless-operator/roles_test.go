@@ -132,13 +132,16 @@ func TestRolesApart(t *testing.T) {
 			}
 		}
 	}
+	// One after the other: a free port is only free until its process binds it, and the next
+	// pick could be the same.
 	apiA := start("api-a", "api", "--loads-listen", testenv.FreeAddr(t), "--shutdown-delay-duration", "1s")
+	ready(apiA)
 	apiB := start("api-b", "api", "--loads-listen", testenv.FreeAddr(t))
+	ready(apiB)
 	ctlA := start("controller-a", "controller")
+	ready(ctlA)
 	ctlB := start("controller-b", "controller")
-	for _, p := range []*process{apiA, apiB, ctlA, ctlB} {
-		ready(p)
-	}
+	ready(ctlB)
 	// Builds happen on the controllers: their /metrics counts them.
 	if body := get(t, "http://"+ctlA.addr+"/metrics"); !strings.Contains(body, "sless_build_duration_seconds_count") {
 		t.Errorf("controller /metrics:\n%.500s", body)
