@@ -1,81 +1,22 @@
 package provider
 
 import (
-	"archive/zip"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"sort"
-	"time"
+
+	"github.com/sless-dev/sless/api/client"
 )
 
-// zipEpoch is the earliest time a zip header can hold; every entry gets it, so the archive's bytes
-// (and its sha256, the function's code_sha256) depend only on file names, modes and contents.
-var zipEpoch = time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// zipDir zips a source_dir deterministically in memory: sorted paths, fixed times, only the
-// execute bit kept from the mode. Symlinks and special files are refused (the platform would).
+// zipDir zips a source_dir (client.ZipDir: `sless fn deploy` zips the same way).
 func zipDir(dir string) ([]byte, string, error) {
-	var files []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != dir && (d.Name() == ".terraform" || d.Name() == ".git") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !d.Type().IsRegular() {
-			return fmt.Errorf("%s is not a regular file (symlinks and special files cannot be deployed)", p)
-		}
-		files = append(files, p)
-		return nil
-	})
+	b, sum, err := client.ZipDir(dir)
 	if err != nil {
-		return nil, "", fmt.Errorf("reading source_dir: %w", err)
+		return nil, "", fmt.Errorf("source_dir: %w", err)
 	}
-	if len(files) == 0 {
-		return nil, "", fmt.Errorf("source_dir %s holds no files", dir)
-	}
-	sort.Strings(files)
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, p := range files {
-		rel, _ := filepath.Rel(dir, p)
-		info, err := os.Stat(p)
-		if err != nil {
-			return nil, "", err
-		}
-		mode := fs.FileMode(0o644)
-		if info.Mode()&0o111 != 0 {
-			mode = 0o755
-		}
-		h := &zip.FileHeader{Name: filepath.ToSlash(rel), Method: zip.Deflate, Modified: zipEpoch}
-		h.SetMode(mode)
-		w, err := zw.CreateHeader(h)
-		if err != nil {
-			return nil, "", err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil, "", err
-		}
-		if _, err := w.Write(b); err != nil {
-			return nil, "", err
-		}
-	}
-	if err := zw.Close(); err != nil {
-		return nil, "", err
-	}
-	sum := sha256.Sum256(buf.Bytes())
-	return buf.Bytes(), hex.EncodeToString(sum[:]), nil
+	return b, sum, nil
 }
 
 // fileSHA256 reads a code_path archive.

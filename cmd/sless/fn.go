@@ -1,17 +1,12 @@
 package main
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -365,68 +360,12 @@ func fnRemoveCmd() *cobra.Command {
 	}
 }
 
-// zipEpoch is the earliest time a zip header can hold; every entry gets it, so the archive's bytes
-// (and its sha256, the function's code_sha256) depend only on file names, modes and contents.
-var zipEpoch = time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// zipDir zips a function's directory as the Terraform provider zips source_dir (provider/zip.go;
-// the same directory gives the same archive, so the same code_sha256): sorted paths, fixed
-// times, only the execute bit kept from the mode, .git and .terraform left out. Symlinks and
-// special files are refused (the platform would refuse them too).
+// zipDir zips a function's directory as the Terraform provider zips source_dir (the same
+// directory gives the same archive, so the same code_sha256).
 func zipDir(dir string) ([]byte, string, error) {
-	var files []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != dir && (d.Name() == ".terraform" || d.Name() == ".git") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !d.Type().IsRegular() {
-			return fmt.Errorf("%s is not a regular file (symlinks and special files cannot be deployed)\n  fix: %s", p, "replace links and special files with regular files")
-		}
-		files = append(files, p)
-		return nil
-	})
-	if err != nil {
-		return nil, "", fmt.Errorf("reading %s: %w", dir, err)
+	b, sum, err := client.ZipDir(dir)
+	if err != nil && strings.Contains(err.Error(), "not a regular file") {
+		err = fmt.Errorf("%w\n  fix: replace links and special files with regular files", err)
 	}
-	if len(files) == 0 {
-		return nil, "", fmt.Errorf("%s holds no files", dir)
-	}
-	sort.Strings(files)
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, p := range files {
-		rel, _ := filepath.Rel(dir, p)
-		info, err := os.Stat(p)
-		if err != nil {
-			return nil, "", err
-		}
-		mode := fs.FileMode(0o644)
-		if info.Mode()&0o111 != 0 {
-			mode = 0o755
-		}
-		h := &zip.FileHeader{Name: filepath.ToSlash(rel), Method: zip.Deflate, Modified: zipEpoch}
-		h.SetMode(mode)
-		w, err := zw.CreateHeader(h)
-		if err != nil {
-			return nil, "", err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil, "", err
-		}
-		if _, err := w.Write(b); err != nil {
-			return nil, "", err
-		}
-	}
-	if err := zw.Close(); err != nil {
-		return nil, "", err
-	}
-	s := sha256.Sum256(buf.Bytes())
-	return buf.Bytes(), hex.EncodeToString(s[:]), nil
+	return b, sum, err
 }
