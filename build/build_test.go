@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/sless-dev/sless/build"
@@ -380,4 +382,24 @@ func mustRef(s string) name.Reference {
 		panic(err)
 	}
 	return r
+}
+
+// Which platform errors pass by themselves (the caller shows the build as still building).
+func TestIsTransient(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("reading code: %w", codestore.ErrUnavailable), true},
+		{fmt.Errorf("pushing: %w", &transport.Error{StatusCode: 503}), true},
+		{fmt.Errorf("pushing: %w", &transport.Error{StatusCode: 429}), true},
+		{fmt.Errorf("pushing: %w", &transport.Error{StatusCode: 403}), false},
+		{fmt.Errorf("dial: %w", &net.OpError{Op: "dial", Err: errors.New("connection refused")}), true},
+		{context.DeadlineExceeded, true},
+		{errors.New("the cached layer was replaced in the store"), false},
+	} {
+		if got := build.IsTransient(tc.err); got != tc.want {
+			t.Errorf("IsTransient(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
 }

@@ -1,10 +1,16 @@
 package build
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/layers"
 	"github.com/sless-dev/sless/oci"
@@ -78,4 +84,19 @@ func Message(err error) string {
 		return err.Error()
 	}
 	return fmt.Sprintf("build failed: %v", err)
+}
+
+// IsTransient reports whether a platform error passes by itself: the registry or the code store
+// did not answer, answered 5xx or throttled. A caller that retries such a build shows it as still
+// building; other platform errors (a refused credential, a replaced cache layer, no dependency
+// installs configured) are failures, though retried too.
+func IsTransient(err error) bool {
+	if errors.Is(err, codestore.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	if te, ok := errors.AsType[*transport.Error](err); ok {
+		return te.StatusCode >= 500 || te.StatusCode == http.StatusTooManyRequests
+	}
+	_, isNet := errors.AsType[net.Error](err)
+	return isNet
 }

@@ -123,23 +123,6 @@ func leader(t *testing.T) string {
 	return name
 }
 
-// podMetric reads one sample of a metric family (summed over series) from a sless pod's /metrics,
-// through the API server's pod proxy.
-func podMetric(t *testing.T, pod, family string) float64 {
-	t.Helper()
-	out := kubectl(t, "get", "--raw", "/api/v1/namespaces/sless-system/pods/"+pod+":8080/proxy/metrics")
-	var sum float64
-	for _, line := range strings.Split(out, "\n") {
-		if rest, ok := strings.CutPrefix(line, family); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
-			var v float64
-			fields := strings.Fields(line)
-			fmt.Sscan(fields[len(fields)-1], &v)
-			sum += v
-		}
-	}
-	return sum
-}
-
 // invocationRows counts a function's rows in the invocation history's PostgreSQL.
 func invocationRows(t *testing.T, ns, fn string) int64 {
 	t.Helper()
@@ -226,7 +209,7 @@ func TestFaults(t *testing.T) {
 		apiPods := pods(t, "sless-api")
 		dropped := func() (n float64) {
 			for _, p := range pods(t, "sless-api") {
-				n += podMetric(t, p.Name, "sless_invocations_dropped_total")
+				n += podMetricOf(t, p.Name, "sless_invocations_dropped_total", "")
 			}
 			return n
 		}
@@ -235,7 +218,7 @@ func TestFaults(t *testing.T) {
 		}
 		// Counting starts from a quiet function: everything before is written.
 		waitFor(t, "earlier records written", 30*time.Second, func() bool {
-			return podMetric(t, apiPods[0].Name, "sless_invocations_buffered")+podMetric(t, apiPods[1].Name, "sless_invocations_buffered") == 0
+			return podMetricOf(t, apiPods[0].Name, "sless_invocations_buffered", "")+podMetricOf(t, apiPods[1].Name, "sless_invocations_buffered", "") == 0
 		})
 		rows0, dropped0 := invocationRows(t, ns, "ping"), dropped()
 		l := startLoop(f.Status.URL, isOK("pong"))

@@ -5,15 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -333,7 +330,7 @@ func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, be
 			n, wait := r.retryAfter(client.ObjectKeyFromObject(fn), key)
 			msg = fmt.Sprintf("%s (attempt %d; retrying in %s)", strings.TrimSpace(msg), n, wait)
 		}
-		if !build.IsUserError(err) && transient(err) {
+		if !build.IsUserError(err) && build.IsTransient(err) {
 			fn.MarkBuildRetrying(reason, msg)
 		} else {
 			fn.MarkFailed(reason, msg)
@@ -597,19 +594,4 @@ func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: t.Namespace, Name: t.Spec.FunctionRef}}}
 		})).
 		Complete(r)
-}
-
-// transient reports whether a platform error passes by itself: the registry or the code store did
-// not answer, answered 5xx or throttled. Such a build stays Building while it is retried; other
-// platform errors (a registry that refuses the platform's credential, a replaced cache layer, no
-// dependency installs configured) are Failed, though retried too.
-func transient(err error) bool {
-	if errors.Is(err, codestore.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	if te, ok := errors.AsType[*transport.Error](err); ok {
-		return te.StatusCode >= 500 || te.StatusCode == http.StatusTooManyRequests
-	}
-	_, isNet := errors.AsType[net.Error](err)
-	return isNet
 }
