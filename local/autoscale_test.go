@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -110,6 +112,15 @@ func TestAutoscaleUp(t *testing.T) {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+		// The bridge's MAC must not follow its ports: containers that joined before the scale-out
+		// would keep sending their replies to an address the bridge dropped (answers lost, 504).
+		bridge := bridgeOf(t, dataDir)
+		mac := linkAddress(t, bridge)
+		defer func() {
+			if now := linkAddress(t, bridge); now != mac {
+				t.Errorf("bridge %s changed its address under the scale-out: %s → %s", bridge, mac, now)
+			}
+		}()
 		for i := range 40 {
 			wg.Add(1)
 			go func() {
@@ -169,6 +180,9 @@ func TestAutoscaleUp(t *testing.T) {
 			}
 			files, _ := exec.Command("sh", "-c", "grep -r . "+dataDir+"/cni/ipam/ 2>&1 | head -40").CombinedOutput()
 			t.Logf("ipam:\n%s", files)
+			// The confinement chain's counters: a reply dropped as "to the host" shows here.
+			chains, _ := exec.Command("sh", "-c", "iptables -w -t mangle -S | grep -o 'SLESS-[A-Z0-9]*' | sort -u | xargs -rI{} iptables -w -t mangle -L {} -v -n -x").CombinedOutput()
+			t.Logf("firewall:\n%s", chains)
 		}
 		if peak < 3 || peak > 5 {
 			t.Errorf("peak %d containers, want 3–5 (concurrency 2, max_replicas 5)", peak)
@@ -332,4 +346,37 @@ func TestAutoscaleUp(t *testing.T) {
 			t.Errorf("%d requests failed while the crashed instance was replaced", failed)
 		}
 	})
+}
+
+// bridgeOf is the functions network's bridge of the sless up in dataDir (its CNI configuration).
+func bridgeOf(t *testing.T, dataDir string) string {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dataDir, "cni", "*.conflist"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct {
+			Name    string
+			Plugins []struct{ Bridge string }
+		}
+		if err := json.Unmarshal(b, &c); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(c.Name, "-deps") && len(c.Plugins) > 0 {
+			return c.Plugins[0].Bridge
+		}
+	}
+	t.Fatalf("no functions network in %s/cni: %v", dataDir, files)
+	return ""
+}
+
+func linkAddress(t *testing.T, link string) string {
+	t.Helper()
+	b, err := os.ReadFile("/sys/class/net/" + link + "/address")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }

@@ -170,6 +170,12 @@ func usedPrefixes() ([]netip.Prefix, error) {
 	return out, nil
 }
 
+// mac is the bridge's own address: locally administered, unique per gateway address.
+func (n Net) mac() string {
+	g := n.Gateway.As4()
+	return fmt.Sprintf("02:5e:%02x:%02x:%02x:%02x", g[0], g[1], g[2], g[3])
+}
+
 // conflist is the CNI configuration podman reads for n (its CNI backend).
 func (n Net) conflist(ipamDir string) ([]byte, error) {
 	return json.MarshalIndent(map[string]any{
@@ -212,6 +218,13 @@ func (n *Networks) Create(ctx context.Context) error {
 			if err := run(ctx, "ip", "addr", "add", addr, "dev", net.Bridge); err != nil {
 				return err
 			}
+		}
+		// A bridge without an address of its own takes the lowest of its ports' and changes it
+		// as containers come and go: the containers' ARP entries for the gateway then name a MAC
+		// the bridge no longer answers to, and replies to the host (/fn/'s answers) are lost
+		// until the entries expire, tens of seconds. Set, the address stays.
+		if err := run(ctx, "ip", "link", "set", "dev", net.Bridge, "address", net.mac()); err != nil {
+			return err
 		}
 		if err := run(ctx, "ip", "link", "set", net.Bridge, "up"); err != nil {
 			return err
