@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -124,6 +125,9 @@ type Server struct {
 	act     *activator.Activator
 	// draining fails /readyz once the replica is told to stop.
 	draining atomic.Bool
+	// drained is closed by Drain: followed log and event streams end.
+	drained   chan struct{}
+	drainOnce sync.Once
 }
 
 // New makes the API on a backend.
@@ -162,7 +166,8 @@ func New(b Backend, opts ...Option) (*Server, error) {
 			DisableCompression: true,
 		}
 	}
-	s := &Server{o: o, b: b, metrics: newMetrics(o.buildMetrics), view: b.Serving, uploads: newTenantLimits(o.uploadRate, o.uploadBurst)}
+	s := &Server{o: o, b: b, metrics: newMetrics(o.buildMetrics), view: b.Serving, uploads: newTenantLimits(o.uploadRate, o.uploadBurst),
+		drained: make(chan struct{})}
 	if s.view == nil {
 		s.view = &ServingView{Functions: b.Functions, Triggers: b.Triggers}
 	}
@@ -255,6 +260,8 @@ func (s *Server) routes() *mux.Router {
 	v1.HandleFunc("/functions/{name}", s.deleteFunction).Methods(http.MethodDelete)
 	v1.HandleFunc("/functions/{name}/upload", s.upload).Methods(http.MethodPost)
 	v1.HandleFunc("/functions/{name}/invocations", s.invocations).Methods(http.MethodGet)
+	v1.HandleFunc("/functions/{name}/logs", s.logs).Methods(http.MethodGet)
+	v1.HandleFunc("/functions/{name}/events", s.events).Methods(http.MethodGet)
 	v1.HandleFunc("/triggers", s.listTriggers).Methods(http.MethodGet)
 	v1.HandleFunc("/triggers", s.createTrigger).Methods(http.MethodPost)
 	v1.HandleFunc("/triggers/{name}", s.getTrigger).Methods(http.MethodGet)
@@ -274,7 +281,10 @@ func (s *Server) routes() *mux.Router {
 // Drain makes /readyz fail from now on (it latches) and every answer close its connection: a
 // replica told to stop leaves its Service's endpoints, and its clients reconnect elsewhere, while it
 // finishes the requests it has (Serve's graceful shutdown).
-func (s *Server) Drain() { s.draining.Store(true) }
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	s.drainOnce.Do(func() { close(s.drained) })
+}
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {

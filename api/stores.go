@@ -149,7 +149,10 @@ type Backend struct {
 	Jobs        Store[JobSpec, apiv1.JobStatus]
 	Invocations Invocations
 	Code        codestore.Store
-	Resolver    Resolver
+	// Logs reads the instances' output (GET …/logs); nil answers 503 there. The build log and
+	// the events come from Code (package fnlog).
+	Logs     Logs
+	Resolver Resolver
 	// Instances, when set, lists a function's instances (ready and starting) for /fn/'s
 	// activator, and Scaler is told when requests wait for one; then Resolver is not used by /fn/.
 	// Without them /fn/ routes to what Resolver answers, and a function with no instance fails at

@@ -43,6 +43,23 @@ func contract(t *testing.T, s codestore.Store) {
 	s.Put(ctx, other, strings.NewReader("x"), 1)
 	second := codestore.Key("sless-0123456789abcdef", "hello", strings.Repeat("c", 64))
 	s.Put(ctx, second, strings.NewReader("y"), 1)
+	if got, err := s.List(ctx, codestore.Prefix("sless-0123456789abcdef", "hello")); err != nil || len(got) != 2 ||
+		got[0].Key != key || got[1].Key != second || got[0].Size != int64(len(body)) || time.Since(got[1].Modified) > time.Hour {
+		t.Errorf("List = %+v, %v; want %s and %s (not hello2's)", got, err, key, second)
+	}
+	if err := s.Delete(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := s.Exists(ctx, other); ok {
+		t.Errorf("Exists after Delete")
+	}
+	if err := s.Delete(ctx, other); err != nil {
+		t.Errorf("Delete of a missing key: %v", err)
+	}
+	s.Put(ctx, other, strings.NewReader("x"), 1)
+	if got, err := s.List(ctx, "nothing/here/"); err != nil || len(got) != 0 {
+		t.Errorf("List of an empty prefix = %+v, %v", got, err)
+	}
 	if err := s.DeletePrefix(ctx, codestore.Prefix("sless-0123456789abcdef", "hello")); err != nil {
 		t.Fatal(err)
 	}

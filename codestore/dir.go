@@ -105,3 +105,43 @@ func (d *Dir) DeletePrefix(_ context.Context, prefix string) error {
 	}
 	return os.RemoveAll(p)
 }
+
+// List returns the objects under a directory-like prefix, in key order.
+func (d *Dir) List(_ context.Context, prefix string) ([]Object, error) {
+	if !strings.HasSuffix(prefix, "/") {
+		return nil, fmt.Errorf("prefix %q must end with /", prefix)
+	}
+	root, err := d.file(prefix)
+	if err != nil {
+		return nil, err
+	}
+	var out []Object
+	err = filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) && p == root {
+			return fs.SkipAll
+		}
+		if err != nil || e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			return err // dot files are Put's temporaries
+		}
+		info, err := e.Info()
+		if err != nil {
+			return nil // removed meanwhile
+		}
+		rel, _ := filepath.Rel(root, p)
+		out = append(out, Object{Key: prefix + filepath.ToSlash(rel), Size: info.Size(), Modified: info.ModTime()})
+		return nil
+	})
+	return out, err
+}
+
+// Delete removes the object's file.
+func (d *Dir) Delete(_ context.Context, key string) error {
+	p, err := d.file(key)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}

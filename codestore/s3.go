@@ -275,3 +275,32 @@ func (s *S3) DeletePrefix(ctx context.Context, prefix string) error {
 	}
 	return nil
 }
+
+// List returns the objects whose key starts with prefix, in key order.
+func (s *S3) List(ctx context.Context, prefix string) ([]Object, error) {
+	w := s.watch(ctx)
+	defer w.done()
+	var out []Object
+	p := s3.NewListObjectsV2Paginator(s.c, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &prefix})
+	for p.HasMorePages() {
+		page, err := p.NextPage(w.ctx)
+		if err != nil {
+			return nil, fmt.Errorf("listing s3://%s/%s: %w", s.bucket, prefix, w.failed(ctx, err))
+		}
+		w.touch()
+		for _, o := range page.Contents {
+			out = append(out, Object{Key: aws.ToString(o.Key), Size: aws.ToInt64(o.Size), Modified: aws.ToTime(o.LastModified)})
+		}
+	}
+	return out, nil
+}
+
+// Delete removes the object (S3 answers a missing one as deleted).
+func (s *S3) Delete(ctx context.Context, key string) error {
+	w := s.watch(ctx)
+	defer w.done()
+	if _, err := s.c.DeleteObject(w.ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &key}); err != nil {
+		return fmt.Errorf("deleting s3://%s/%s: %w", s.bucket, key, w.failed(ctx, err))
+	}
+	return nil
+}

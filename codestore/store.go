@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // ErrNotFound is returned (wrapped) by Get for a missing key.
@@ -19,6 +20,17 @@ type Store interface {
 	Exists(ctx context.Context, key string) (bool, error)
 	// DeletePrefix removes every object under prefix (which ends in "/").
 	DeletePrefix(ctx context.Context, prefix string) error
+	// Delete removes the object under key; a missing one is no error.
+	Delete(ctx context.Context, key string) error
+	// List returns the objects under prefix (which ends in "/"), in key order.
+	List(ctx context.Context, prefix string) ([]Object, error)
+}
+
+// Object is one stored object as List sees it.
+type Object struct {
+	Key      string
+	Size     int64
+	Modified time.Time
 }
 
 // Key is where a function's archive is stored: code/{ns}/{name}/{sha256}.zip.

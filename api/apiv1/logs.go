@@ -1,0 +1,99 @@
+package apiv1
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// LogLine is one line of a function's output or of its last build's log: GET
+// …/functions/{name}/logs answers them as NDJSON, one object per line, oldest first.
+type LogLine struct {
+	Time time.Time `json:"time"`
+	// Instance is the instance (container or pod) that wrote the line; "build" for the build log.
+	Instance string `json:"instance"`
+	// Stream is StreamStdout or StreamStderr where the platform keeps them apart, StreamOutput
+	// where it does not (Kubernetes' log API merges them), StreamBuild for the build log.
+	Stream string `json:"stream"`
+	Line   string `json:"line"`
+}
+
+// Streams of a LogLine.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+	StreamOutput = "output"
+	StreamBuild  = "build"
+)
+
+// Sources of GET …/logs?source=.
+const (
+	LogSourceInstances = "instances" // the default: what the function's instances print
+	LogSourceBuild     = "build"     // the last build's stage lines and installer output
+)
+
+// Bounds of GET …/logs?tail=.
+const (
+	DefaultLogTail = 100
+	MaxLogTail     = 10000
+)
+
+// MaxLogLine is the longest line kept (longer ones are cut, with "…" at the end): a function
+// cannot make one line of its output cost the platform more.
+const MaxLogLine = 16 << 10
+
+// Event is one step of a function's lifecycle: GET …/functions/{name}/events answers them as
+// NDJSON, oldest first.
+type Event struct {
+	Time time.Time `json:"time"`
+	// Type is EventNormal or EventWarning (Kubernetes' event types).
+	Type string `json:"type"`
+	// Reason is the stage: one of the Reason* constants.
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	// CodeSHA256 is the code the step was about, when it was about one.
+	CodeSHA256 string `json:"code_sha256,omitempty"`
+}
+
+// Event types.
+const (
+	EventNormal  = "Normal"
+	EventWarning = "Warning"
+)
+
+// Stages of a function's lifecycle, as Event reasons (and the Kubernetes conditions' reasons).
+const (
+	ReasonStored                 = "Stored"                 // the code archive is in the code store
+	ReasonInstallingDependencies = "InstallingDependencies" // a dependency install runs (cache miss)
+	ReasonBuilding               = "Building"               // the image is being assembled
+	ReasonPushing                = "Pushing"                // the image goes to the registry
+	ReasonBuilt                  = "Built"                  // the image is in the registry
+	ReasonStarting               = "Starting"               // the new version's first instance starts
+	ReasonReady                  = "Ready"                  // the new version serves
+	ReasonFailed                 = "Failed"                 // a build or start failed (Message says which and why)
+)
+
+// ParseSince reads GET …/logs?since=: an RFC 3339 time, or a duration back from now such as "5m"
+// or "1h30m" (kubectl logs --since).
+func ParseSince(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("since %q is neither an RFC 3339 time nor a positive duration such as 5m", s)
+	}
+	return now.Add(-d), nil
+}
+
+// ParseTail reads GET …/logs?tail= (DefaultLogTail when empty).
+func ParseTail(s string) (int, error) {
+	if s == "" {
+		return DefaultLogTail, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > MaxLogTail {
+		return 0, fmt.Errorf("tail %q must be a whole number from 0 to %d", s, MaxLogTail)
+	}
+	return n, nil
+}

@@ -1,0 +1,368 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/fnlog"
+)
+
+// Logs reads what a function's instances print. The API merges the instances and follows new
+// ones; a backend reads one instance at a time.
+type Logs interface {
+	// LogInstances lists the function's instances whose output can be read: those running or
+	// starting, and those stopped within fnlog.KeepStopped (Stopped set).
+	LogInstances(ctx context.Context, ns, name string) ([]LogInstance, error)
+	// ReadLog emits an instance's lines oldest first: those at or after q.Since, of them the last
+	// q.Tail (q.Tail < 0: all). With q.Follow it then emits new lines as they come, until the
+	// instance stops or ctx ends. An error from emit ends it with that error.
+	ReadLog(ctx context.Context, ns, name string, inst LogInstance, q LogQuery, emit func(apiv1.LogLine) error) error
+}
+
+// LogInstance is one instance as Logs lists it.
+type LogInstance struct {
+	// ID names it to ReadLog; unique among the function's instances, past ones included.
+	ID string
+	// Stopped: it no longer runs; its log is what was kept.
+	Stopped bool
+}
+
+// LogQuery selects an instance's lines.
+type LogQuery struct {
+	Since  time.Time
+	Tail   int
+	Follow bool
+}
+
+// logPoll is how often a followed log looks for new instances and for a new build log.
+const logPoll = time.Second
+
+// logWriteWindow is how long one write of a followed log may take before the stream ends (a
+// client that stopped reading).
+const logWriteWindow = 30 * time.Second
+
+// logsQuery is GET …/logs's parameters.
+type logsQuery struct {
+	LogQuery
+	source string
+}
+
+func parseLogsQuery(r *http.Request) (logsQuery, error) {
+	v := r.URL.Query()
+	q := logsQuery{source: v.Get("source")}
+	var err error
+	if q.Tail, err = apiv1.ParseTail(v.Get("tail")); err != nil {
+		return q, invalid("%v", err)
+	}
+	if s := v.Get("since"); s != "" {
+		if q.Since, err = apiv1.ParseSince(s, time.Now()); err != nil {
+			return q, invalid("%v", err)
+		}
+	}
+	if f := v.Get("follow"); f != "" {
+		if q.Follow, err = strconv.ParseBool(f); err != nil {
+			return q, invalid("follow %q must be true or false", f)
+		}
+	}
+	switch q.source {
+	case "":
+		q.source = apiv1.LogSourceInstances
+	case apiv1.LogSourceInstances, apiv1.LogSourceBuild:
+	default:
+		return q, invalid("source %q must be %q or %q", q.source, apiv1.LogSourceInstances, apiv1.LogSourceBuild)
+	}
+	return q, nil
+}
+
+// ndjsonWriter writes one object per line and flushes each, under a rolling write deadline.
+type ndjsonWriter struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	enc     *json.Encoder
+	started bool
+}
+
+func newNDJSON(w http.ResponseWriter) *ndjsonWriter {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return &ndjsonWriter{w: w, rc: http.NewResponseController(w), enc: enc}
+}
+
+// start sends the headers (a followed stream shows it is open before its first line).
+func (n *ndjsonWriter) start() {
+	if !n.started {
+		n.started = true
+		n.w.Header().Set("Content-Type", "application/x-ndjson")
+		n.w.Header().Set("X-Content-Type-Options", "nosniff")
+		n.w.WriteHeader(http.StatusOK)
+	}
+}
+
+func (n *ndjsonWriter) write(v any) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.start()
+	n.rc.SetWriteDeadline(time.Now().Add(logWriteWindow))
+	if err := n.enc.Encode(v); err != nil {
+		return err
+	}
+	return n.rc.Flush()
+}
+
+func (n *ndjsonWriter) line(l apiv1.LogLine) error { return n.write(l) }
+
+func (n *ndjsonWriter) flush() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.start()
+	n.rc.Flush()
+}
+
+// logs serves GET /v1/namespaces/{ns}/functions/{name}/logs: the instances' output merged (or the
+// last build's log with source=build) as NDJSON, followed with follow=true until the client goes.
+func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
+	ns, name := pathVar(r, "ns"), pathVar(r, "name")
+	if err := apiv1.ValidName("function", name); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	q, err := parseLogsQuery(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if _, err := s.b.Functions.Get(r.Context(), ns, name); err != nil {
+		writeError(w, r, notFound("function", name, err))
+		return
+	}
+	ctx, cancel := s.streamContext(r.Context())
+	defer cancel()
+	if q.source == apiv1.LogSourceBuild {
+		s.buildLog(ctx, w, r, ns, name, q)
+		return
+	}
+	if s.b.Logs == nil {
+		writeError(w, r, apiv1.Errorf(apiv1.CodeNotReady, "this platform keeps no instance logs"))
+		return
+	}
+	insts, err := s.b.Logs.LogInstances(ctx, ns, name)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	out := newNDJSON(w)
+	if !q.Follow {
+		// The last Tail lines of all instances together: each instance's last Tail, merged by time.
+		var all []apiv1.LogLine
+		for _, in := range insts {
+			s.b.Logs.ReadLog(ctx, ns, name, in, q.LogQuery, func(l apiv1.LogLine) error {
+				all = append(all, l)
+				return nil
+			})
+		}
+		slices.SortStableFunc(all, func(a, b apiv1.LogLine) int { return a.Time.Compare(b.Time) })
+		for _, l := range fnlog.Select(all, time.Time{}, q.Tail) {
+			if out.write(l) != nil {
+				return
+			}
+		}
+		out.flush()
+		return
+	}
+	s.followLogs(ctx, out, ns, name, insts, q.LogQuery)
+}
+
+// followLogs streams every instance's lines as they come (the last Tail of each first), and those
+// of instances that start meanwhile from their first line, until ctx ends.
+func (s *Server) followLogs(ctx context.Context, out *ndjsonWriter, ns, name string, insts []LogInstance, q LogQuery) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	seen := map[string]bool{}
+	follow := func(in LogInstance, q LogQuery) {
+		seen[in.ID] = true
+		if in.Stopped {
+			return // its lines were in the snapshot, or it stopped before the stream began
+		}
+		wg.Go(func() {
+			err := s.b.Logs.ReadLog(ctx, ns, name, in, q, out.line)
+			if err != nil && ctx.Err() == nil {
+				var we interface{ Timeout() bool }
+				if errors.As(err, &we) || errors.Is(err, http.ErrHandlerTimeout) {
+					cancel() // the client stopped reading
+				}
+			}
+		})
+	}
+	// Stopped instances' kept lines once; running ones followed.
+	for _, in := range insts {
+		if in.Stopped && q.Tail != 0 {
+			s.b.Logs.ReadLog(ctx, ns, name, in, LogQuery{Since: q.Since, Tail: q.Tail}, out.line)
+		}
+		follow(in, q)
+	}
+	out.flush()
+	t := time.NewTicker(logPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now, err := s.b.Logs.LogInstances(ctx, ns, name)
+		if err != nil {
+			continue
+		}
+		for _, in := range now {
+			if !seen[in.ID] {
+				follow(in, LogQuery{Since: q.Since, Tail: -1, Follow: true})
+			}
+		}
+	}
+}
+
+// buildLog serves source=build: the last build's lines; followed, the lines a build adds and
+// every line of a build that replaces it.
+func (s *Server) buildLog(ctx context.Context, w http.ResponseWriter, r *http.Request, ns, name string, q logsQuery) {
+	lines, err := fnlog.Load[apiv1.LogLine](ctx, s.b.Code, fnlog.BuildKey(ns, name))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	out := newNDJSON(w)
+	sent := fnlog.Select(lines, q.Since, q.Tail)
+	for _, l := range sent {
+		if out.write(l) != nil {
+			return
+		}
+	}
+	out.flush()
+	if !q.Follow {
+		return
+	}
+	last := lines // what the client has seen of the stored log (all of it, or what Select skipped)
+	t := time.NewTicker(logPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now, err := fnlog.Load[apiv1.LogLine](ctx, s.b.Code, fnlog.BuildKey(ns, name))
+		if err != nil {
+			continue
+		}
+		next := now
+		// The same build (its first line unchanged) grew: only the new lines. Another build: all.
+		if len(last) > 0 && len(now) >= len(last) && now[0] == last[0] {
+			next = now[len(last):]
+		}
+		for _, l := range fnlog.Select(next, q.Since, -1) {
+			if out.write(l) != nil {
+				return
+			}
+		}
+		last = now
+	}
+}
+
+// events serves GET /v1/namespaces/{ns}/functions/{name}/events: the function's lifecycle as
+// NDJSON, oldest first, followed with follow=true.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	ns, name := pathVar(r, "ns"), pathVar(r, "name")
+	if err := apiv1.ValidName("function", name); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	follow := false
+	if f := r.URL.Query().Get("follow"); f != "" {
+		var err error
+		if follow, err = strconv.ParseBool(f); err != nil {
+			writeError(w, r, invalid("follow %q must be true or false", f))
+			return
+		}
+	}
+	var since time.Time
+	if v := r.URL.Query().Get("since"); v != "" {
+		var err error
+		if since, err = apiv1.ParseSince(v, time.Now()); err != nil {
+			writeError(w, r, invalid("%v", err))
+			return
+		}
+	}
+	if _, err := s.b.Functions.Get(r.Context(), ns, name); err != nil {
+		writeError(w, r, notFound("function", name, err))
+		return
+	}
+	ctx, cancel := s.streamContext(r.Context())
+	defer cancel()
+	evs, err := fnlog.LoadEvents(ctx, s.b.Code, ns, name)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	out := newNDJSON(w)
+	var last time.Time
+	send := func(evs []apiv1.Event) bool {
+		for _, e := range evs {
+			if e.Time.Before(since) || (!last.IsZero() && !e.Time.After(last)) {
+				continue
+			}
+			if out.write(e) != nil {
+				return false
+			}
+			last = e.Time
+		}
+		return true
+	}
+	if !send(evs) {
+		return
+	}
+	out.flush()
+	if !follow {
+		return
+	}
+	if last.IsZero() {
+		last = time.Now().Add(-time.Millisecond) // only what comes now
+		if since.After(last) {
+			last = since
+		}
+	}
+	t := time.NewTicker(logPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if evs, err := fnlog.LoadEvents(ctx, s.b.Code, ns, name); err == nil && !send(evs) {
+			return
+		}
+	}
+}
+
+// streamContext ends with the request or when the server starts draining: a followed stream must
+// not hold a replica's shutdown for the drain timeout.
+func (s *Server) streamContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-s.drained:
+			cancel()
+		}
+	}()
+	return ctx, cancel
+}

@@ -1,0 +1,246 @@
+package fnlog
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/codestore"
+)
+
+// BuildKey is where a function's last build log is kept.
+func BuildKey(ns, name string) string { return codestore.Prefix(ns, name) + "logs/build.ndjson" }
+
+// EventsKey is where a function's events are kept.
+func EventsKey(ns, name string) string { return codestore.Prefix(ns, name) + "logs/events.ndjson" }
+
+// StoppedPrefix holds the logs of a function's stopped instances, one object per instance.
+func StoppedPrefix(ns, name string) string { return codestore.Prefix(ns, name) + "logs/stopped/" }
+
+// StoppedKey is where the log of stopped instance inst is kept.
+func StoppedKey(ns, name, inst string) string { return StoppedPrefix(ns, name) + inst + ".ndjson" }
+
+// KeepStopped is how long a stopped instance's log stays readable.
+const KeepStopped = time.Hour
+
+// MaxEvents is how many events of a function are kept (the oldest go first).
+const MaxEvents = 200
+
+// MaxLines bounds a log kept in the code store (a build's, a stopped instance's): the last lines.
+const MaxLines = apiv1.MaxLogTail
+
+// Clip cuts s to apiv1.MaxLogLine bytes (on a rune boundary) and makes it valid UTF-8.
+func Clip(s string) string {
+	if len(s) > apiv1.MaxLogLine {
+		cut := apiv1.MaxLogLine
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// Select keeps the lines at or after since (zero: all) and of those the last tail (tail < 0: all).
+func Select(lines []apiv1.LogLine, since time.Time, tail int) []apiv1.LogLine {
+	i := 0
+	if !since.IsZero() {
+		for i < len(lines) && lines[i].Time.Before(since) {
+			i++
+		}
+	}
+	lines = lines[i:]
+	if tail >= 0 && len(lines) > tail {
+		lines = lines[len(lines)-tail:]
+	}
+	return lines
+}
+
+// Encode writes lines as NDJSON.
+func Encode[T any](w io.Writer, items []T) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	for _, it := range items {
+		if err := enc.Encode(it); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Decode reads NDJSON; a line that does not parse ends the reading with an error.
+func Decode[T any](r io.Reader) ([]T, error) {
+	var out []T
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4*apiv1.MaxLogLine)
+	for sc.Scan() {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var it T
+		if err := json.Unmarshal(sc.Bytes(), &it); err != nil {
+			return out, fmt.Errorf("fnlog: a stored line does not parse: %w", err)
+		}
+		out = append(out, it)
+	}
+	return out, sc.Err()
+}
+
+// Save stores items under key as NDJSON, replacing what was there.
+func Save[T any](ctx context.Context, store codestore.Store, key string, items []T) error {
+	var b bytes.Buffer
+	if err := Encode(&b, items); err != nil {
+		return err
+	}
+	return store.Put(ctx, key, &b, int64(b.Len()))
+}
+
+// Load reads what Save stored under key; nothing stored is no items and no error.
+func Load[T any](ctx context.Context, store codestore.Store, key string) ([]T, error) {
+	rc, err := store.Get(ctx, key)
+	if errors.Is(err, codestore.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return Decode[T](rc)
+}
+
+// Log collects lines in memory, the last MaxLines of them: a build's, kept by Save when it ends.
+// It is safe for concurrent use; the zero value is not (use NewLog).
+type Log struct {
+	instance, stream string
+	now              func() time.Time
+
+	mu      sync.Mutex
+	lines   []apiv1.LogLine
+	partial []byte // Write's unfinished line
+}
+
+// NewLog makes a Log whose lines name instance and stream (apiv1.StreamBuild for a build).
+func NewLog(instance, stream string) *Log {
+	return &Log{instance: instance, stream: stream, now: time.Now}
+}
+
+// Printf adds one line (several if the text has newlines).
+func (l *Log) Printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for line := range strings.SplitSeq(strings.TrimRight(fmt.Sprintf(format, args...), "\n"), "\n") {
+		l.add(line)
+	}
+}
+
+// Write adds the lines of p (an installer's output); an unfinished last line waits for the next
+// Write or Flush.
+func (l *Log) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	buf := append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.add(strings.TrimRight(string(buf[:i]), "\r"))
+		buf = buf[i+1:]
+	}
+	if len(buf) > apiv1.MaxLogLine {
+		l.add(string(buf))
+		buf = nil
+	}
+	l.partial = append([]byte(nil), buf...)
+	return len(p), nil
+}
+
+// Lines returns the lines so far (an unfinished one included).
+func (l *Log) Lines() []apiv1.LogLine {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.partial) > 0 {
+		l.add(string(l.partial))
+		l.partial = nil
+	}
+	return append([]apiv1.LogLine(nil), l.lines...)
+}
+
+func (l *Log) add(line string) {
+	l.lines = append(l.lines, apiv1.LogLine{Time: l.now().UTC(), Instance: l.instance, Stream: l.stream, Line: Clip(line)})
+	if len(l.lines) > MaxLines {
+		l.lines = append(l.lines[:0], l.lines[len(l.lines)-MaxLines:]...)
+	}
+}
+
+// Events appends events to functions' event logs in the code store. One writer per function is
+// assumed (the backend's controller; Kubernetes: the leader): the read-modify-write is serialised
+// within the process only.
+type Events struct {
+	store codestore.Store
+	mu    sync.Mutex
+}
+
+// NewEvents appends to store.
+func NewEvents(store codestore.Store) *Events { return &Events{store: store} }
+
+// Record appends ev (its Time set to now when zero), keeping the last MaxEvents. A nil *Events
+// records nothing.
+func (e *Events) Record(ctx context.Context, ns, name string, ev apiv1.Event) error {
+	if e == nil {
+		return nil
+	}
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	if ev.Type == "" {
+		ev.Type = apiv1.EventNormal
+	}
+	ev.Message = Clip(ev.Message)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := EventsKey(ns, name)
+	evs, err := Load[apiv1.Event](ctx, e.store, key)
+	if err != nil {
+		evs = nil // a damaged log starts over rather than stopping the lifecycle
+	}
+	evs = append(evs, ev)
+	if len(evs) > MaxEvents {
+		evs = evs[len(evs)-MaxEvents:]
+	}
+	return Save(ctx, e.store, key, evs)
+}
+
+// LoadEvents returns a function's events, oldest first.
+func LoadEvents(ctx context.Context, store codestore.Store, ns, name string) ([]apiv1.Event, error) {
+	return Load[apiv1.Event](ctx, store, EventsKey(ns, name))
+}
+
+// CollectStopped deletes the stopped instances' logs older than KeepStopped, of every function in
+// the store. It returns how many went.
+func CollectStopped(ctx context.Context, store codestore.Store, now time.Time) (int, error) {
+	objs, err := store.List(ctx, "code/")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, o := range objs {
+		if !strings.Contains(o.Key, "/logs/stopped/") || now.Sub(o.Modified) < KeepStopped {
+			continue
+		}
+		if err := store.Delete(ctx, o.Key); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
