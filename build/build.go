@@ -8,11 +8,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/deps"
+	"github.com/sless-dev/sless/fnlog"
 	"github.com/sless-dev/sless/oci"
 	"github.com/sless-dev/sless/runtimes"
 )
@@ -60,9 +64,15 @@ type Pipeline struct {
 	o       options
 	slots   chan struct{}
 
+	events *fnlog.Events
+
 	mu      sync.Mutex
 	tenants map[string]int // builds running per namespace
 }
+
+// Events is where the pipeline records a build's stages; a backend's controller records the
+// stages after it (Starting, Ready) through the same one.
+func (p *Pipeline) Events() *fnlog.Events { return p.events }
 
 // New makes a Pipeline that reads archives from code and builds with builder.
 func New(code codestore.Store, builder *oci.Builder, opts ...Option) (*Pipeline, error) {
@@ -73,7 +83,8 @@ func New(code codestore.Store, builder *oci.Builder, opts ...Option) (*Pipeline,
 	if code == nil || builder == nil {
 		return nil, errors.New("build: a code store and an oci.Builder are required")
 	}
-	return &Pipeline{code: code, builder: builder, o: o, slots: make(chan struct{}, o.concurrency), tenants: map[string]int{}}, nil
+	return &Pipeline{code: code, builder: builder, o: o, slots: make(chan struct{}, o.concurrency), tenants: map[string]int{},
+		events: fnlog.NewEvents(code)}, nil
 }
 
 // RuntimeImage is the image by digest that functions of runtime rt are built on.
@@ -109,6 +120,32 @@ func (p *Pipeline) Build(ctx context.Context, req Request) (res *Result, err err
 	ctx, cancel := context.WithTimeout(ctx, p.o.timeout)
 	defer cancel()
 	start := time.Now()
+	// The build log and the events are the author's view of this build (GET …/logs?source=build,
+	// …/events): saved whatever the outcome, a build waiting for its dependency job included.
+	blog := fnlog.NewLog("build", apiv1.StreamBuild)
+	event := func(typ, reason, format string, args ...any) {
+		p.events.Record(context.WithoutCancel(ctx), req.Namespace, req.Function,
+			apiv1.Event{Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...), CodeSHA256: req.CodeSHA256})
+	}
+	blog.Printf("build of %s/%s: code %s, runtime %s, entrypoint %s", req.Namespace, req.Function, short(req.CodeSHA256), req.Runtime, req.Entrypoint)
+	defer func() {
+		var pending *PendingError
+		switch {
+		case errors.As(err, &pending):
+			blog.Printf("waiting: %s", pending.Reason)
+		case err != nil && ctx.Err() == context.Canceled:
+			blog.Printf("cancelled after %v", time.Since(start).Round(time.Millisecond))
+		case err != nil:
+			blog.Printf("failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+			event(apiv1.EventWarning, apiv1.ReasonFailed, "build failed: %v", err)
+		default:
+			blog.Printf("built %s in %v", res.Image, res.Duration.Round(time.Millisecond))
+			event(apiv1.EventNormal, apiv1.ReasonBuilt, "built %s in %d ms", res.Image, res.Duration.Milliseconds())
+		}
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer scancel()
+		fnlog.Save(sctx, p.code, fnlog.BuildKey(req.Namespace, req.Function), blog.Lines())
+	}()
 	defer func() {
 		if _, pending := errors.AsType[*PendingError](err); !pending && p.o.observe != nil && ctx.Err() != context.Canceled {
 			o := Observation{Result: "succeeded", Duration: time.Since(start), Runtime: req.Runtime}
@@ -136,6 +173,8 @@ func (p *Pipeline) Build(ctx context.Context, req Request) (res *Result, err err
 		return nil, err
 	}
 	defer func() { code.Close(); os.Remove(code.Name()) }()
+	blog.Printf("stored: code %s, %d bytes, read from the code store", short(req.CodeSHA256), size)
+	event(apiv1.EventNormal, apiv1.ReasonStored, "code %s (%d bytes) is stored", short(req.CodeSHA256), size)
 
 	res = &Result{Key: Key(req, runtimeImage)}
 	src := oci.Source{RuntimeImage: runtimeImage, Zip: code, ZipSize: size, ZipSHA256: req.CodeSHA256,
@@ -153,14 +192,36 @@ func (p *Pipeline) Build(ctx context.Context, req Request) (res *Result, err err
 			return nil, ErrNoDeps
 		}
 		spec := deps.Spec{Runtime: req.Runtime, RuntimeImage: runtimeImage, Files: manifests, Namespace: req.Namespace,
-			IndexURL: p.o.indexes[req.Runtime]}
+			IndexURL: p.o.indexes[req.Runtime], Log: blog}
+		names := make([]string, 0, len(manifests))
+		for n := range manifests {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		key, _ := deps.Key(spec)
+		blog.Printf("dependencies: %s, key %s", strings.Join(names, ", "), short(key))
+		depStart := time.Now()
 		dr, err := d.Layer(ctx, spec, rt.DepsDir)
 		if err != nil {
+			if _, pending := errors.AsType[*PendingError](err); pending {
+				event(apiv1.EventNormal, apiv1.ReasonInstallingDependencies, "installing the dependencies (key %s)", short(key))
+			}
 			return nil, err
+		}
+		if dr.Cached {
+			blog.Printf("dependency layer %s: cache hit, no install", short(dr.Key))
+		} else {
+			blog.Printf("dependency layer %s: cache miss, installed in %v", short(dr.Key), time.Since(depStart).Round(time.Millisecond))
+			event(apiv1.EventNormal, apiv1.ReasonInstallingDependencies, "installed the dependencies (key %s) in %d ms", short(dr.Key), time.Since(depStart).Milliseconds())
+		}
+		if dr.Warning != "" {
+			blog.Printf("warning: %s", dr.Warning)
 		}
 		src.Deps, src.DepsKey = dr.Layer, dr.Key
 		res.DepsKey, res.DepsCached, res.DepsWarning = dr.Key, dr.Cached, dr.Warning
 	}
+	event(apiv1.EventNormal, apiv1.ReasonBuilding, "building the image on %s", runtimeImage)
+	blog.Printf("building: the code as a layer on %s", runtimeImage)
 	built, err := p.builder.Build(ctx, src)
 	if err != nil {
 		return nil, err
@@ -170,6 +231,8 @@ func (p *Pipeline) Build(ctx context.Context, req Request) (res *Result, err err
 	// no longer names is found for collection (CollectImages) by it, even after a crash between
 	// the two.
 	repo := p.o.registry + "/" + req.Namespace + "/" + req.Function
+	event(apiv1.EventNormal, apiv1.ReasonPushing, "pushing to %s", repo)
+	blog.Printf("pushing to %s", repo)
 	ref, err := p.builder.Push(ctx, built, repo+":"+VersionTag(res.Key))
 	if err != nil {
 		return nil, err

@@ -24,9 +24,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 
+	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/deps"
+	"github.com/sless-dev/sless/fnlog"
 	"github.com/sless-dev/sless/internal/testenv"
 	"github.com/sless-dev/sless/layers"
 	"github.com/sless-dev/sless/oci"
@@ -265,6 +267,7 @@ func TestBuild(t *testing.T) {
 			if want := []string{tc.outcome}; tc.outcome == "" && len(f.results()) != 0 || tc.outcome != "" && strings.Join(f.results(), ",") != tc.outcome {
 				t.Errorf("observed %v, want %v", f.results(), want)
 			}
+			checkBuildLog(t, f, req, err, res)
 			if err != nil {
 				return
 			}
@@ -400,6 +403,50 @@ func TestIsTransient(t *testing.T) {
 	} {
 		if got := build.IsTransient(tc.err); got != tc.want {
 			t.Errorf("IsTransient(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// checkBuildLog: every build leaves its log (GET …/logs?source=build) and its stages as events
+// (GET …/events) in the code store, whatever its outcome.
+func checkBuildLog(t *testing.T, f *fixture, req build.Request, err error, res *build.Result) {
+	t.Helper()
+	ctx := context.Background()
+	lines, lerr := fnlog.Load[apiv1.LogLine](ctx, f.code, fnlog.BuildKey(req.Namespace, req.Function))
+	evs, eerr := fnlog.LoadEvents(ctx, f.code, req.Namespace, req.Function)
+	if lerr != nil || eerr != nil || len(lines) < 2 {
+		t.Fatalf("build log %v (%v), events %v (%v)", lines, lerr, evs, eerr)
+	}
+	text := ""
+	for _, l := range lines {
+		if l.Stream != apiv1.StreamBuild || l.Instance != "build" || l.Time.IsZero() {
+			t.Errorf("build log line %+v", l)
+		}
+		text += l.Line + "\n"
+	}
+	var reasons []string
+	for _, e := range evs {
+		reasons = append(reasons, e.Reason)
+	}
+	got := strings.Join(reasons, ",")
+	last := lines[len(lines)-1].Line
+	switch {
+	case build.IsPending(err):
+		if !strings.HasPrefix(last, "waiting: ") || got != "Stored,InstallingDependencies" {
+			t.Errorf("pending build: last line %q, events %s", last, got)
+		}
+	case err != nil:
+		if !strings.Contains(text, "failed after") || !strings.Contains(text, err.Error()) || reasons[len(reasons)-1] != apiv1.ReasonFailed ||
+			evs[len(evs)-1].Type != apiv1.EventWarning {
+			t.Errorf("failed build: last line %q, events %+v", last, evs)
+		}
+	default:
+		if !strings.Contains(last, "built "+res.Image) || !strings.Contains(text, "stored: code "+req.CodeSHA256[:12]) ||
+			!strings.HasSuffix(got, "Stored,Building,Pushing,Built") || evs[len(evs)-1].CodeSHA256 != req.CodeSHA256 {
+			t.Errorf("build log:\n%s\nevents %s", text, got)
+		}
+		if res.DepsKey != "" && !strings.Contains(text, "dependency layer "+res.DepsKey[:min(12, len(res.DepsKey))]+": cache hit") {
+			t.Errorf("the dependency layer is not in the build log:\n%s", text)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"sort"
 	"strings"
@@ -43,6 +44,8 @@ type Spec struct {
 	// IndexURL is the package index the platform uses (pip index URL / npm registry); empty means
 	// the installer's default.
 	IndexURL string
+	// Log, when set, receives the installer's output (the build log); not part of the key.
+	Log io.Writer `json:"-"`
 }
 
 // Detect returns the manifests of runtime found in files (name → content), or nil if there are

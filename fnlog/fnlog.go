@@ -213,6 +213,9 @@ func (e *Events) Record(ctx context.Context, ns, name string, ev apiv1.Event) er
 	if err != nil {
 		evs = nil // a damaged log starts over rather than stopping the lifecycle
 	}
+	if n := len(evs); n > 0 && evs[n-1].Reason == ev.Reason && evs[n-1].Message == ev.Message && evs[n-1].CodeSHA256 == ev.CodeSHA256 {
+		return nil // a retried step (a build waiting for its dependency job) is one event
+	}
 	evs = append(evs, ev)
 	if len(evs) > MaxEvents {
 		evs = evs[len(evs)-MaxEvents:]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -87,6 +88,9 @@ func (r *depsResolver) Resolve(ctx context.Context, s deps.Spec, in deps.Install
 			return &deps.InstallError{Output: strings.TrimSpace(podman.LastLines(out+"\n"+ee.Stderr, 15))}
 		}
 		return fmt.Errorf("running the dependency installer: %w", err)
+	}
+	if s.Log != nil {
+		io.WriteString(s.Log, podman.LastLines(out, 50))
 	}
 	return nil
 }
