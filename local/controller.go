@@ -135,6 +135,7 @@ func (c *controller) start(ctx context.Context, pipeline *build.Pipeline) error 
 			if err := c.collectDeps(ctx); err != nil && ctx.Err() == nil {
 				c.p.log.Warn("collecting dependency layers", "error", err)
 			}
+			c.p.run.CollectLogs() // stopped instances' logs older than an hour
 			select {
 			case <-ctx.Done():
 				return

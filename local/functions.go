@@ -165,14 +165,21 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 		c.stopOthers(ctx, ns, spec.Name, version, grace)
 	default:
 		// A new version starts one instance that answers its health check before it serves.
+		events := c.pipeline.Events()
+		events.Record(ctx, ns, spec.Name, apiv1.Event{Reason: apiv1.ReasonStarting, CodeSHA256: spec.CodeSHA256,
+			Message: "starting the first instance of " + image})
 		inst, err := p.run.Serve(ctx, f)
 		if err != nil {
 			// The previous version, if any, keeps serving; the start is retried with backoff.
+			events.Record(ctx, ns, spec.Name, apiv1.Event{Type: apiv1.EventWarning, Reason: apiv1.ReasonFailed, CodeSHA256: spec.CodeSHA256,
+				Message: "start failed: " + err.Error()})
 			if serr := setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseFailed, err.Error() }); serr != nil {
 				return serr
 			}
 			return fmt.Errorf("starting %s/%s: %w", ns, spec.Name, err)
 		}
+		events.Record(ctx, ns, spec.Name, apiv1.Event{Reason: apiv1.ReasonReady, CodeSHA256: spec.CodeSHA256,
+			Message: "serving " + image + " from " + inst.Name})
 		p.run.Switch(f, inst) // new requests go to the new version from here on
 		b.Started = version
 		if err := p.db.PutBuild(ns, spec.Name, b); err != nil {
@@ -257,6 +264,7 @@ func (c *controller) cleanupFunction(ctx context.Context, ns, name string) error
 	p := c.p
 	p.run.Stop(ctx, ns, name, "", 5)
 	c.scaler.forget(ns, name)
+	p.run.ForgetLogs(ns, name)
 	b, err := p.db.Build(ns, name)
 	if err != nil {
 		return err

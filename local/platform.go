@@ -204,7 +204,8 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 // Backend is what the API serves from.
 func (p *Platform) Backend() api.Backend {
 	return api.Backend{Namespaces: &namespaces{Namespaces: p.db.Namespaces, p: p}, Functions: p.db.Functions, Triggers: p.db.Triggers,
-		Jobs: p.db.Jobs, Invocations: p.db.Invocations, Code: p.code, Resolver: p.run, Instances: source{p.run, p.ctrl.scaler}, Scaler: p.ctrl.scaler}
+		Jobs: p.db.Jobs, Invocations: p.db.Invocations, Code: p.code, Resolver: p.run, Instances: source{p.run, p.ctrl.scaler}, Scaler: p.ctrl.scaler,
+		Logs: p.run}
 }
 
 // source is the runner's instances, and the autoscaler's word on whether the quota stops a

@@ -626,8 +626,12 @@ func (r *Runner) functionSpec(f Function, cname string) (podman.Spec, error) {
 	if err != nil {
 		return podman.Spec{}, err
 	}
+	logs, err := r.logFlags(f.Namespace, f.Name, cname)
+	if err != nil {
+		return podman.Spec{}, err
+	}
 	return podman.Spec{Name: cname, Image: f.Image, Labels: labels, Env: env, Volumes: []string{volume},
-		Detach: true, MemoryMB: f.MemoryMB, Confined: true, Network: r.network, IDBase: f.IDBase}, nil
+		Detach: true, MemoryMB: f.MemoryMB, Confined: true, Network: r.network, IDBase: f.IDBase, Flags: logs}, nil
 }
 
 // healthy learns started container cname's address (ID id), hands it to addressed and waits for

@@ -1,0 +1,204 @@
+package local_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/internal/testenv"
+)
+
+// Logs on a single host (issue 18): what the instances print, through GET …/logs, merged, followed,
+// readable after scale-down; the build log and the lifecycle events; another tenant sees nothing.
+func TestLogsUp(t *testing.T) {
+	podman := testenv.NewPodman(t)
+	u := startUp(t, t.TempDir(), "", "")
+	ctx := context.Background()
+	ns := u.c.Namespace()
+	t.Cleanup(func() {
+		podman.Command(context.Background(), "rm", "-f", "-t", "0", "-a", "--filter", "label=sless.dev/namespace="+ns).Run()
+	})
+	const handler = "import sys\ndef handle(event):\n    print('hello ' + event['path'])\n    print('warned ' + event['path'], file=sys.stderr)\n    return 'ok'\n"
+	if _, err := u.c.CreateFunction(ctx, apiv1.Function{Name: "talker", Runtime: "python3.11", IdleTimeoutSec: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if f := u.deploy(t, "talker", "python3.11", map[string]string{"handler.py": handler}); f.Status.Phase != apiv1.PhaseReady {
+		t.Fatalf("%+v", f.Status)
+	}
+	call := func(path string) string {
+		t.Helper()
+		resp, err := http.Get(u.url + "/fn/" + ns + "/talker" + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+		return resp.Header.Get("X-Request-Id")
+	}
+	logs := func(token, query string) (int, []apiv1.LogLine) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", u.url+"/v1/namespaces/"+ns+"/functions/talker/logs?"+query, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return resp.StatusCode, nil
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "application/x-ndjson" {
+			t.Errorf("Content-Type %q", ct)
+		}
+		var out []apiv1.LogLine
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			var l apiv1.LogLine
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				t.Fatalf("line %q: %v", sc.Text(), err)
+			}
+			out = append(out, l)
+		}
+		return resp.StatusCode, out
+	}
+	find := func(lines []apiv1.LogLine, stream, sub string) *apiv1.LogLine {
+		for i, l := range lines {
+			if l.Stream == stream && strings.Contains(l.Line, sub) {
+				return &lines[i]
+			}
+		}
+		return nil
+	}
+	rid := call("/first")
+
+	t.Run("instances' output, joined to invocations by request id", func(t *testing.T) {
+		var lines []apiv1.LogLine
+		waitFor(t, 5*time.Second, func() bool {
+			_, lines = logs(u.token, "")
+			return find(lines, "stdout", `"request_id": "`+rid+`"`) != nil
+		}, "the runtime's line of the request")
+		hello, warned, report := find(lines, "stdout", "hello /first"), find(lines, "stderr", "warned /first"), find(lines, "stdout", rid)
+		if hello == nil || warned == nil || report == nil {
+			t.Fatalf("lines: %+v", lines)
+		}
+		var r struct {
+			Status     int     `json:"status"`
+			DurationMS float64 `json:"duration_ms"`
+			RequestID  string  `json:"request_id"`
+		}
+		if err := json.Unmarshal([]byte(report.Line), &r); err != nil || r.Status != 200 || r.RequestID != rid || r.DurationMS <= 0 {
+			t.Errorf("the runtime's line per invocation %q: %+v %v", report.Line, r, err)
+		}
+		inv, err := u.c.ListInvocations(ctx, "talker", 10, time.Time{})
+		if err != nil || len(inv) == 0 || inv[0].RequestID != rid {
+			t.Errorf("…/invocations does not carry the log's request id %s: %+v %v", rid, inv, err)
+		}
+		if !strings.HasPrefix(hello.Instance, "sless-") || time.Since(hello.Time) > time.Minute {
+			t.Errorf("line %+v", hello)
+		}
+		if _, tail := logs(u.token, "tail=1"); len(tail) != 1 {
+			t.Errorf("tail=1: %d lines", len(tail))
+		}
+		if _, none := logs(u.token, "since="+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)); len(none) != 0 {
+			t.Errorf("since an hour from now: %d lines", len(none))
+		}
+	})
+
+	t.Run("follow streams new lines until the client goes", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(cctx, "GET", u.url+"/v1/namespaces/"+ns+"/functions/talker/logs?follow=true&tail=0", nil)
+		req.Header.Set("Authorization", "Bearer "+u.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%v %v", resp, err)
+		}
+		defer resp.Body.Close()
+		got := make(chan string, 100)
+		go func() {
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				got <- sc.Text()
+			}
+			close(got)
+		}()
+		call("/second")
+		deadline := time.After(10 * time.Second)
+		for seen := false; !seen; {
+			select {
+			case l, ok := <-got:
+				if !ok {
+					t.Fatal("the stream ended")
+				}
+				if strings.Contains(l, "first") {
+					t.Errorf("tail=0 sent an old line: %s", l)
+				}
+				seen = strings.Contains(l, "hello /second")
+			case <-deadline:
+				t.Fatal("no followed line within 10 s")
+			}
+		}
+	})
+
+	t.Run("the build log and the events", func(t *testing.T) {
+		_, build := logs(u.token, "source=build")
+		text := ""
+		for _, l := range build {
+			text += l.Line + "\n"
+		}
+		if len(build) < 4 || !strings.Contains(text, "stored: code") || !strings.Contains(text, "built ") || build[0].Stream != apiv1.StreamBuild {
+			t.Errorf("build log:\n%s", text)
+		}
+		req, _ := http.NewRequest("GET", u.url+"/v1/namespaces/"+ns+"/functions/talker/events", nil)
+		req.Header.Set("Authorization", "Bearer "+u.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var reasons []string
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			var e apiv1.Event
+			json.Unmarshal(sc.Bytes(), &e)
+			reasons = append(reasons, e.Reason)
+		}
+		if got := strings.Join(reasons, ","); got != "Stored,Building,Pushing,Built,Starting,Ready" {
+			t.Errorf("events %s", got)
+		}
+	})
+
+	t.Run("bad input and another tenant", func(t *testing.T) {
+		for q, want := range map[string]int{"tail=10001": 400, "tail=-1": 400, "since=yesterday": 400, "follow=maybe": 400, "source=disk": 400} {
+			if code, _ := logs(u.token, q); code != want {
+				t.Errorf("%s: %d, want %d", q, code, want)
+			}
+		}
+		otherTenant(t, u, "mallory@example.com")
+		token, err := auth.IssueHS256(devSecret(t, u), "mallory@example.com", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := logs(token, "follow=true"); code != 404 {
+			t.Errorf("another tenant following the logs: %d, want 404", code)
+		}
+	})
+
+	t.Run("an instance stopped by scale-down stays readable", func(t *testing.T) {
+		waitFor(t, 40*time.Second, func() bool { f, _ := u.c.GetFunction(ctx, "talker"); return f.Status.Replicas == 0 }, "the idle function at zero")
+		_, lines := logs(u.token, "tail=1000")
+		if find(lines, "stdout", "hello /first") == nil || find(lines, "stdout", "hello /second") == nil {
+			t.Errorf("after scale-down: %+v", lines)
+		}
+	})
+}
