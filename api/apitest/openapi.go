@@ -16,6 +16,7 @@ import (
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	"github.com/pb33f/libopenapi-validator/config"
+	"github.com/pb33f/libopenapi-validator/content"
 	verrors "github.com/pb33f/libopenapi-validator/errors"
 	"github.com/pb33f/libopenapi-validator/helpers"
 	"github.com/pb33f/libopenapi-validator/schema_validation"
@@ -108,9 +109,10 @@ var loadOpenAPI = sync.OnceValues(func() (*openAPIDoc, error) {
 		return nil, fmt.Errorf("building the model of api/openapi.json: %w", err)
 	}
 	opts := []config.Option{config.WithFormatAssertions()}
+	schemas := schema_validation.NewSchemaValidator(opts...)
 	d := &openAPIDoc{
-		v:        validator.NewValidatorFromV3Model(&m.Model, opts...),
-		schemas:  schema_validation.NewSchemaValidator(opts...),
+		v:        validator.NewValidatorFromV3Model(&m.Model, append(opts, config.WithBodyDecoder(ndjsonType, ndjsonDecoder(schemas)))...),
+		schemas:  schemas,
 		unlisted: map[int]*base.Schema{},
 	}
 	for status, name := range map[int]string{http.StatusNotFound: "NotFound", http.StatusMethodNotAllowed: "MethodNotAllowed"} {
@@ -126,6 +128,38 @@ var loadOpenAPI = sync.OnceValues(func() (*openAPIDoc, error) {
 	}
 	return d, nil
 })
+
+// ndjsonType is the media type of the streamed answers (…/logs, …/events).
+const ndjsonType = "application/x-ndjson"
+
+// ndjsonDecoder checks an NDJSON body line by line: OpenAPI 3.1 has no schema for a sequence of
+// documents, so the document gives the schema of one line and each line is checked against it
+// here. The validator would otherwise read "x-ndjson" as JSON and fail on the second line. It
+// returns nil (nothing left to check): an empty body, no lines yet, is a valid stream.
+func ndjsonDecoder(schemas schema_validation.SchemaValidator) content.Decoder {
+	return content.DecoderFunc(func(in *content.DecodeInput) (any, error) {
+		b, err := io.ReadAll(in.Body)
+		if err != nil {
+			return nil, err
+		}
+		var bad []string
+		for i, line := range bytes.Split(b, []byte("\n")) {
+			if len(bytes.TrimSpace(line)) == 0 {
+				continue
+			}
+			if in.Schema == nil {
+				continue
+			}
+			if ok, errs := schemas.ValidateSchemaBytes(in.Schema, line); !ok {
+				bad = append(bad, fmt.Sprintf("line %d: %s\n%s", i+1, clip(line), describe(errs)))
+			}
+		}
+		if len(bad) > 0 {
+			return nil, fmt.Errorf("%d NDJSON lines do not match the schema of one line:\n%s", len(bad), strings.Join(bad, "\n"))
+		}
+		return nil, nil
+	})
+}
 
 // maxCaptured bounds what the check keeps of one body; a longer one is not checked.
 const maxCaptured = 16 << 20

@@ -21,6 +21,14 @@ const fnJSON = `{"name":"f","runtime":"python3.11","entrypoint":"handler.handle"
 	`"min_replicas":0,"max_replicas":10,"concurrency":10,"idle_timeout_sec":300,` +
 	`"status":{"phase":"Pending","url":"http://127.0.0.1:8080/fn/` + testNS + `/f","replicas":0,"desired_replicas":0}}`
 
+// logsPath, logLine and ndjson make the streamed answers' cases.
+const (
+	logsPath = "/v1/namespaces/" + testNS + "/functions/f/logs"
+	logLine  = `{"time":"2026-12-01T20:00:00.123Z","instance":"f-1","stream":"stdout","line":"hello"}`
+)
+
+var ndjson = map[string]string{"Content-Type": "application/x-ndjson"}
+
 // TestOpenAPICheckReports: the check around the server reports answers and requests that do not
 // match the document, and passes those that do. A stand-in for the API answers what each case
 // says, so the mismatches are the ones made on purpose.
@@ -83,6 +91,23 @@ func TestOpenAPICheckReports(t *testing.T) {
 			answer: answer{viaFn: true}},
 		{name: "/fn/'s own 503 after a backend's call", method: "GET", path: "/fn/" + testNS + "/f",
 			answer: answer{backendCall: true, status: 503, body: `{"anything":"the function likes"}`}, want: "does not match"},
+		{name: "logs as documented", method: "GET", path: logsPath + "?follow=false&since=5m&tail=2&source=build", token: "t",
+			answer: answer{status: 200, header: ndjson, body: logLine + "\n" + logLine + "\n"}},
+		{name: "logs: no lines", method: "GET", path: logsPath, token: "t", answer: answer{status: 200, header: ndjson}},
+		{name: "logs: a line the schema does not allow", method: "GET", path: logsPath, token: "t",
+			answer: answer{status: 200, header: ndjson, body: logLine + "\n" + strings.Replace(logLine, `"stream":"stdout"`, `"stream":"video"`, 1) + "\n"},
+			want:   "line 2"},
+		{name: "logs: not NDJSON", method: "GET", path: logsPath, token: "t",
+			answer: answer{status: 200, header: ndjson, body: "[" + logLine + "]\n"}, want: "do not match"},
+		{name: "logs: a tail too long accepted", method: "GET", path: logsPath + "?tail=10001", token: "t",
+			answer: answer{status: 200, header: ndjson}, want: "did not refuse"},
+		{name: "logs: a source refused", method: "GET", path: logsPath + "?source=pods", token: "t",
+			answer: answer{status: 400, body: envelope("invalid_argument")}},
+		{name: "logs: none kept here", method: "GET", path: logsPath, token: "t",
+			answer: answer{status: 503, body: envelope("not_ready")}},
+		{name: "events as documented", method: "GET", path: logsPath[:len(logsPath)-len("logs")] + "events?follow=true", token: "t",
+			answer: answer{status: 200, header: ndjson, body: `{"time":"2026-12-01T20:00:00Z","type":"Normal","reason":"Building","message":"m",` +
+				`"code_sha256":"` + strings.Repeat("a", 64) + `"}` + "\n"}},
 		{name: "an unlisted path answered", method: "GET", path: "/v2/things",
 			answer: answer{status: 200, body: `{}`}, want: "must be 404"},
 		{name: "an unlisted path refused", method: "GET", path: "/v2/things",
