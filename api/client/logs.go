@@ -143,11 +143,14 @@ type EventWatch struct {
 }
 
 // WatchEvents starts watching: Next reports only events after those kept now. Times are the
-// server's, so the client's clock does not matter.
+// server's, so the client's clock does not matter. A function that does not exist yet has no
+// events: all its events will be new.
 func (c *Client) WatchEvents(ctx context.Context, name string) (*EventWatch, error) {
 	w := &EventWatch{c: c, name: name}
-	_, err := w.Next(ctx)
-	return w, err
+	if _, err := w.Next(ctx); err != nil && !IsNotFound(err) {
+		return nil, err
+	}
+	return w, nil
 }
 
 // Next is the events added since the last call, oldest first.
@@ -248,33 +251,37 @@ func failedStage(evs []apiv1.Event, msg string) (stage, message string) {
 	return "", msg
 }
 
-// String is the failure as a CLI or a Terraform diagnostic shows it: the stage and message, then
-// the log's last lines.
-func (f *Failure) String() string {
-	var b strings.Builder
+// String is the failure as a Terraform diagnostic shows it: Summary, then LogText.
+func (f *Failure) String() string { return f.Summary() + "\n" + f.LogText() }
+
+// Summary is "failed at stage <stage>: <message>" ("failed: <message>" when the stage is unknown).
+func (f *Failure) Summary() string {
 	if f.Stage != "" {
-		fmt.Fprintf(&b, "failed at stage %s: %s", f.Stage, f.Message)
-	} else {
-		fmt.Fprintf(&b, "failed: %s", f.Message)
+		return fmt.Sprintf("failed at stage %s: %s", f.Stage, f.Message)
 	}
+	return "failed: " + f.Message
+}
+
+// LogText is the log's last lines under a heading naming the log, indented; or why there are none.
+func (f *Failure) LogText() string {
 	what := "build log"
 	if f.Source == apiv1.LogSourceInstances {
 		what = "instance log"
 	}
 	switch {
 	case f.LogErr != nil:
-		fmt.Fprintf(&b, "\n(the %s could not be read: %v)", what, f.LogErr)
+		return fmt.Sprintf("(the %s could not be read: %v)", what, f.LogErr)
 	case len(f.Lines) == 0:
-		fmt.Fprintf(&b, "\n(the %s is empty)", what)
-	default:
-		fmt.Fprintf(&b, "\nlast %d lines of the %s:", len(f.Lines), what)
-		for _, l := range f.Lines {
-			b.WriteString("\n  ")
-			if f.Source == apiv1.LogSourceInstances && l.Instance != "" {
-				b.WriteString(l.Instance + " ")
-			}
-			b.WriteString(l.Line)
+		return fmt.Sprintf("(the %s is empty)", what)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "last %d lines of the %s:", len(f.Lines), what)
+	for _, l := range f.Lines {
+		b.WriteString("\n  ")
+		if f.Source == apiv1.LogSourceInstances && l.Instance != "" {
+			b.WriteString(l.Instance + " ")
 		}
+		b.WriteString(l.Line)
 	}
 	return b.String()
 }

@@ -242,7 +242,12 @@ func TestEventsAndWatch(t *testing.T) {
 	if n, _ := w.Next(ctx); len(n) != 0 {
 		t.Errorf("reported twice: %+v", n)
 	}
-	if _, err := c.WatchEvents(ctx, "nope"); !IsNotFound(err) {
+	// A function not created yet: its events are all new.
+	w, err = c.WatchEvents(ctx, "nope")
+	if err != nil {
+		t.Fatalf("unknown function: %v", err)
+	}
+	if _, err := w.Next(ctx); !IsNotFound(err) {
 		t.Errorf("unknown function: %v", err)
 	}
 }

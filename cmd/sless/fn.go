@@ -23,7 +23,7 @@ import (
 func fnCmd() *cobra.Command {
 	c := group("fn", "Deploy, list, inspect and delete functions")
 	c.Aliases = []string{"function", "functions"}
-	c.AddCommand(fnDeployCmd(), fnListCmd(), fnGetCmd(), fnRemoveCmd())
+	c.AddCommand(fnDeployCmd(), fnListCmd(), fnGetCmd(), fnEventsCmd(), fnRemoveCmd())
 	return c
 }
 
@@ -41,8 +41,10 @@ func fnDeployCmd() *cobra.Command {
 		Short: "Create or update a function from a directory, upload its code and wait until it is Ready",
 		Long: `Deploy ensures your namespace, zips DIR (sorted, fixed times; .git and .terraform left out;
 symlinks and special files refused), creates the function or updates its spec, uploads the code and
-follows the build until the function is Ready, printing each phase and message. When the build or
-the start fails it prints the phase and the platform's message and exits non-zero.
+follows the build until the function is Ready, printing each stage (the function's events: Stored,
+InstallingDependencies, Building, Pushing, Built, Starting, Ready) with its message. When the build
+or the start fails it prints the failed stage, the platform's message and the last 20 lines of the
+build log (of the instances' log when the function failed to start), and exits non-zero.
 
 On an existing function, a setting whose flag is not given keeps its value; --env replaces all of
 the function's environment variables.`,
@@ -115,6 +117,13 @@ func deploy(cmd *cobra.Command, dir string, f deployFlags) error {
 	if err := c.EnsureNamespace(ctx); err != nil {
 		return fmt.Errorf("ensuring namespace %s: %w", c.Namespace(), err)
 	}
+	// The events kept before this deploy are not its progress. Without them (an API that keeps
+	// none) the progress is the phase's changes.
+	events, err := c.WatchEvents(ctx, f.name)
+	if err != nil {
+		fmt.Fprintf(stderr, "sless: warning: the function's events cannot be read (%v); showing its phase instead\n", err)
+		events = nil
+	}
 
 	cur, err := c.GetFunction(ctx, f.name)
 	switch {
@@ -170,24 +179,31 @@ func deploy(cmd *cobra.Command, dir string, f deployFlags) error {
 	}
 	fmt.Fprintf(stderr, "uploaded %s (sha256 %s)\n", humanBytes(int64(len(z))), sum[:12])
 
-	fn, err := follow(ctx, c, f.name, sum, f.wait, stderr)
+	fn, err := follow(ctx, c, events, f.name, sum, f.wait, stderr)
 	if err != nil {
 		return err
 	}
 	if fn.Status.Phase == apiv1.PhaseFailed {
-		return fmt.Errorf("function %s failed (phase %s): %s", f.name, fn.Status.Phase, fn.Status.Message)
+		fl := c.ExplainFailure(ctx, fn)
+		fmt.Fprintln(stderr, fl.LogText())
+		stage := ""
+		if fl.Stage != "" {
+			stage = " at stage " + fl.Stage
+		}
+		return fmt.Errorf("function %s failed (phase %s)%s: %s", f.name, fn.Status.Phase, stage, fl.Message)
 	}
 	fmt.Fprintf(stdout, "function %s is Ready: %s\n", f.name, fn.Status.URL)
 	return nil
 }
 
-// follow polls the function until it runs code sha (Ready) or failed, printing each change of
-// phase or message on w.
-func follow(ctx context.Context, c *client.Client, name, sha string, timeout time.Duration, w io.Writer) (*apiv1.Function, error) {
+// follow polls the function until it runs code sha (Ready) or failed, printing on w each new
+// event (the stages) or, until the first event comes (none if events is nil), each change of
+// phase or message.
+func follow(ctx context.Context, c *client.Client, events *client.EventWatch, name, sha string, timeout time.Duration, w io.Writer) (*apiv1.Function, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	last := ""
+	last, sawEvent := "", false
 	for {
 		f, err := c.GetFunction(ctx, name)
 		if err != nil {
@@ -196,14 +212,25 @@ func follow(ctx context.Context, c *client.Client, name, sha string, timeout tim
 			}
 			return nil, err
 		}
+		if events != nil {
+			// Read after the status: an event recorded before it is printed before the loop ends.
+			evs, err := events.Next(ctx)
+			if err != nil && ctx.Err() == nil {
+				fmt.Fprintf(w, "sless: warning: reading the function's events: %v\n", err)
+			}
+			for _, e := range evs {
+				sawEvent = true
+				fmt.Fprintf(w, "[%5.1fs] %s\n", time.Since(start).Seconds(), strings.TrimSuffix(e.Reason+": "+e.Message, ": "))
+			}
+		}
 		now := string(f.Status.Phase)
 		if f.Status.Message != "" {
 			now += ": " + f.Status.Message
 		}
-		if now != last {
+		if now != last && !sawEvent {
 			fmt.Fprintf(w, "[%5.1fs] %s\n", time.Since(start).Seconds(), now)
-			last = now
 		}
+		last = now
 		if f.Status.CodeSHA256 == sha && (f.Status.Phase == apiv1.PhaseReady || f.Status.Phase == apiv1.PhaseFailed) {
 			return f, nil
 		}
