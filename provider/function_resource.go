@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/client"
@@ -244,8 +245,11 @@ func (m *functionModel) fill(f *apiv1.Function, ns string) {
 	}
 }
 
-// deploy uploads the code when it differs from what the platform has and waits for Ready.
-func (r *FunctionResource) deploy(ctx context.Context, m *functionModel, current string, mustWait bool) error {
+// deploy uploads the code when it differs from what the platform has and waits for Ready,
+// logging the function's new events (those after events' start) as the progress. A failure's
+// error names the failed stage and carries the end of the build log (the instances' log when the
+// function failed to start): the author sees why without another tool.
+func (r *FunctionResource) deploy(ctx context.Context, m *functionModel, events *client.EventWatch, current string, mustWait bool) error {
 	zip, sum, err := m.code()
 	if err != nil {
 		return err
@@ -265,7 +269,7 @@ func (r *FunctionResource) deploy(ctx context.Context, m *functionModel, current
 	}
 	wctx, cancel := context.WithTimeout(ctx, time.Duration(m.BuildTimeoutSec.ValueInt64())*time.Second)
 	defer cancel()
-	f, err := waitServing(wctx, r.c, name, sum)
+	f, err := waitServing(wctx, r.c, events, name, sum)
 	if f != nil {
 		m.fill(f, r.c.Namespace())
 	}
@@ -273,17 +277,35 @@ func (r *FunctionResource) deploy(ctx context.Context, m *functionModel, current
 		return err
 	}
 	if f.Status.Phase == apiv1.PhaseFailed {
-		return fmt.Errorf("the function failed: %s", f.Status.Message)
+		return fmt.Errorf("the function %s", r.c.ExplainFailure(ctx, f))
 	}
 	return nil
 }
 
-// waitServing polls until the function runs code sha (Ready) or failed, or ctx ends.
-func waitServing(ctx context.Context, c *client.Client, name, sha string) (*apiv1.Function, error) {
+// watchEvents starts watching the function's events; nil (progress not logged) when they cannot
+// be read: the deploy does not depend on them.
+func (r *FunctionResource) watchEvents(ctx context.Context, name string) *client.EventWatch {
+	w, err := r.c.WatchEvents(ctx, name)
+	if err != nil {
+		tflog.Warn(ctx, "the function's events cannot be read; its progress is not logged", map[string]any{"function": name, "error": err.Error()})
+	}
+	return w
+}
+
+// waitServing polls until the function runs code sha (Ready) or failed, or ctx ends, logging each
+// new event (unless events is nil).
+func waitServing(ctx context.Context, c *client.Client, events *client.EventWatch, name, sha string) (*apiv1.Function, error) {
 	for {
 		f, err := c.GetFunction(ctx, name)
 		if err != nil {
 			return nil, err
+		}
+		if events != nil {
+			evs, _ := events.Next(ctx) // progress only: the status decides
+			for _, e := range evs {
+				tflog.Info(ctx, fmt.Sprintf("function %s: %s: %s", name, e.Reason, e.Message),
+					map[string]any{"function": name, "stage": e.Reason, "message": e.Message, "event_type": e.Type})
+			}
 		}
 		if f.Status.CodeSHA256 == sha && (f.Status.Phase == apiv1.PhaseReady || f.Status.Phase == apiv1.PhaseFailed) {
 			return f, nil
@@ -307,6 +329,7 @@ func (r *FunctionResource) Create(ctx context.Context, req resource.CreateReques
 		resp.Diagnostics.AddError("Invalid env_vars", err.Error())
 		return
 	}
+	events := r.watchEvents(ctx, spec.Name)
 	f, err := r.c.CreateFunction(ctx, spec)
 	if client.IsAlreadyExists(err) {
 		resp.Diagnostics.AddError("Function already exists",
@@ -318,7 +341,7 @@ func (r *FunctionResource) Create(ctx context.Context, req resource.CreateReques
 		return
 	}
 	m.fill(f, r.c.Namespace())
-	err = r.deploy(ctx, &m, "", true)
+	err = r.deploy(ctx, &m, events, "", true)
 	// The function exists even if its build failed: keep it in state (Terraform taints it).
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 	if err != nil {
@@ -357,6 +380,7 @@ func (r *FunctionResource) Update(ctx context.Context, req resource.UpdateReques
 		resp.Diagnostics.AddError("Invalid env_vars", err.Error())
 		return
 	}
+	events := r.watchEvents(ctx, spec.Name)
 	f, err := r.c.UpdateFunction(ctx, spec)
 	if err != nil {
 		resp.Diagnostics.AddError("Updating the function failed", err.Error())
@@ -371,7 +395,7 @@ func (r *FunctionResource) Update(ctx context.Context, req resource.UpdateReques
 	changed := !state.Runtime.Equal(m.Runtime) || !state.Entrypoint.Equal(m.Entrypoint) || !state.MemoryMB.Equal(m.MemoryMB) ||
 		!state.TimeoutSec.Equal(m.TimeoutSec) || !state.EnvVars.Equal(m.EnvVars) || !state.MinReplicas.Equal(m.MinReplicas) ||
 		!state.MaxReplicas.Equal(m.MaxReplicas) || !state.Concurrency.Equal(m.Concurrency) || !state.IdleTimeoutSec.Equal(m.IdleTimeoutSec)
-	err = r.deploy(ctx, &m, state.CodeSHA256.ValueString(), changed)
+	err = r.deploy(ctx, &m, events, state.CodeSHA256.ValueString(), changed)
 	if err == nil {
 		if f, err = r.c.GetFunction(ctx, spec.Name); err == nil {
 			m.fill(f, r.c.Namespace())
