@@ -99,6 +99,8 @@ type Env struct {
 	Token    string
 	NS       string
 	C        *client.Client
+	// Logs are the instances' logs the API reads (the backend's own are replaced).
+	Logs *FakeLogs
 }
 
 var tenants atomic.Int64
@@ -124,6 +126,10 @@ func NewEnvWith(t testing.TB, b Backend, code codestore.Store, codeDir string, v
 	t.Helper()
 	res := NewResolver()
 	backend, ctrl := b.New(t, code, res)
+	// The API's merging and following of instance logs is tested here on lines the test makes;
+	// each backend's reading of real instances is tested with real instances (local, e2e/k8s).
+	logs := NewFakeLogs()
+	backend.Logs = logs
 	subject := fmt.Sprintf("alice-%d@example.com", tenants.Add(1))
 	opts = append([]api.Option{api.WithVerifier(v), api.WithTempDir(t.TempDir())}, opts...)
 	s, err := api.New(backend, opts...)
@@ -146,7 +152,8 @@ func NewEnvWith(t testing.TB, b Backend, code codestore.Store, codeDir string, v
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Env{T: t, URL: hs.URL, Srv: s, Be: backend, Ctrl: ctrl, Subject: subject, CodeDir: codeDir, Resolver: res, Token: token, NS: c.Namespace(), C: c}
+	return &Env{T: t, URL: hs.URL, Srv: s, Be: backend, Ctrl: ctrl, Subject: subject, CodeDir: codeDir, Resolver: res, Token: token, NS: c.Namespace(), C: c,
+		Logs: logs}
 }
 
 // Tenant is another caller of the same server, with a namespace of its own.

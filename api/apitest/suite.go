@@ -29,6 +29,9 @@ func Run(t *testing.T, b Backend) {
 		{"ErrorEnvelopeEverywhere", testErrorEnvelopeEverywhere},
 		{"FunctionQuota", testFunctionQuota},
 		{"InvocationsPaging", testInvocationsPaging},
+		{"Logs", testLogs},
+		{"LogsFollow", testLogsFollow},
+		{"BuildLogAndEvents", testBuildLogAndEvents},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, b) })
 	}
