@@ -25,11 +25,14 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -345,6 +348,11 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 	// /fn/ goes to ready pods read from the manager's cache of EndpointSlices, not the Service's IP.
 	backend := kubestore.New(direct, code, tenant, endpoints)
 	backend.Instances = endpoints // /fn/ probes pods that are not ready yet itself
+	logs, err := podLogs(mgr.GetConfig(), code)
+	if err != nil {
+		return nil, err
+	}
+	backend.Logs = logs
 	// A request with no instance waits while the Scaler starts one: poked directly in one process;
 	// apart, through /pokes on the loads listener, which the Scaler long-polls on every replica.
 	var pokes *api.Pokes
@@ -580,13 +588,28 @@ func newManager(leaderElect bool, namespace string) (ctrl.Manager, error) {
 	// /fn/ reads EndpointSlices from the cache: only those of sless's Services (slices carry their
 	// Service's labels), not every slice in the cluster.
 	ours := labels.SelectorFromSet(labels.Set{runspec.LabelManagedBy: runspec.ManagedBy})
+	// The log keeper watches pods: only function pods are cached, not every pod in the cluster.
+	// (Other pods, a deps Job's, are read from the API server: APIReader.)
+	fnPods := labels.SelectorFromSet(labels.Set{runspec.LabelManagedBy: runspec.ManagedBy, runspec.LabelRole: string(runspec.RoleFunction)})
 	return ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Label: ours}}},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Label: ours}, &corev1.Pod{}: {Label: fnPods}}},
 		// A pod that stops hands the Lease on at once instead of letting it expire (15 s).
 		LeaderElection: leaderElect, LeaderElectionID: leaseName, LeaderElectionNamespace: namespace, LeaderElectionReleaseOnCancel: true,
 		// A leader that dies without releasing (a node lost) is replaced within 8 s + the standby's
 		// retry (1 s, jittered up to 2.2 s) after its last renewal: ≈ 10–12.5 s, under 15 s.
 		LeaseDuration: ptr.To(8 * time.Second), RenewDeadline: ptr.To(5 * time.Second), RetryPeriod: ptr.To(1 * time.Second)})
+}
+
+// podLogs reads function pods' logs with a client of its own: its rate limiter (raised for
+// followers that look for new pods every second) does not slow the API's or the reconcilers' calls.
+func podLogs(cfg *rest.Config, code codestore.Store) (*kubestore.Logs, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 50, 100
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &kubestore.Logs{Pods: cs, Code: code}, nil
 }
 
 // setupControllers adds the reconcilers, with the build pipeline they share.
@@ -612,12 +635,20 @@ func (c *config) setupControllers(mgr ctrl.Manager, code codestore.Store, observ
 			Pins: &controllers.ConfigMapPins{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: c.operatorNS}}
 	}
 	recorder := mgr.GetEventRecorderFor("sless-operator")
+	logs, err := podLogs(mgr.GetConfig(), code)
+	if err != nil {
+		return err
+	}
+	// Stopping pods' logs are kept for GET …/logs; the leader only (a Runnable), like the rest.
+	if err := mgr.Add(&controllers.LogKeeper{Informers: mgr.GetCache(), Code: code, Follow: logs.FollowPod}); err != nil {
+		return err
+	}
 	gate := ""
 	if c.policyGate {
 		gate = c.operatorImage
 	}
 	if err := (&controllers.FunctionReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Pipeline: pipeline, Code: code, PolicyGate: gate,
-		PublicURL: c.publicURL, Deps: depsCfg, APIReader: mgr.GetAPIReader(), Recorder: recorder, MaxConcurrentReconciles: c.workers,
+		PublicURL: c.publicURL, Deps: depsCfg, APIReader: mgr.GetAPIReader(), Recorder: recorder, Events: pipeline.Events(), MaxConcurrentReconciles: c.workers,
 		OperatorNamespace: c.operatorNS, Autoscale: c.autoscale}).SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,6 +32,7 @@ import (
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/fnlog"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/resources"
 	"github.com/sless-dev/sless/runspec"
@@ -60,6 +62,10 @@ type FunctionReconciler struct {
 	// Recorder, when set, records build outcomes as Events on the Function, so
 	// `kubectl describe function` shows why a build failed without reading operator logs.
 	Recorder record.EventRecorder
+	// Events records the rollout's steps (Starting, Ready, a start's Failed) for GET …/events,
+	// after the build's own (the Pipeline records those); nil: the Pipeline's, which serialises
+	// the writes of both to a function's event log.
+	Events *fnlog.Events
 	// MaxConcurrentReconciles is how many Functions are reconciled at once (default 4). A build
 	// that finds no free slot in the Pipeline is requeued rather than waited for, so one tenant's
 	// long builds hold at most its own slots, never every worker.
@@ -80,6 +86,20 @@ type FunctionReconciler struct {
 
 func (r *FunctionReconciler) event(fn *slessv1.Function, typ, reason, format string, args ...any) {
 	emit(r.Recorder, fn, typ, reason, format, args...)
+}
+
+// lifecycle records a step of the function's lifecycle for GET …/events (apiv1.Reason*). A
+// failure to record is logged: the rollout does not wait for the code store.
+func (r *FunctionReconciler) lifecycle(ctx context.Context, fn *slessv1.Function, typ, reason, format string, args ...any) {
+	events := r.Events
+	if events == nil && r.Pipeline != nil {
+		events = r.Pipeline.Events()
+	}
+	err := events.Record(ctx, fn.Namespace, fn.Name, apiv1.Event{Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...),
+		CodeSHA256: cmp.Or(fn.Status.BuiltCodeSHA256, fn.Spec.CodeSHA256)})
+	if err != nil {
+		log.FromContext(ctx).Error(err, "recording a lifecycle event", "reason", reason)
+	}
 }
 
 // emit records an Event when there is a recorder. Every reconciler's Events go through it: their
@@ -169,7 +189,11 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	dep := resources.MakeDeployment(&fn, fn.Status.Image, replicas)
 	resources.PolicyGate(&dep.Spec.Template.Spec, r.PolicyGate)
 	live := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: dep.Name, Namespace: dep.Namespace}}
+	var prevImage string // what the Deployment ran before: another image is a new version starting
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, live, func() error {
+		if c := live.Spec.Template.Spec.Containers; len(c) > 0 {
+			prevImage = c[0].Image
+		}
 		changed := !equality.Semantic.DeepDerivative(dep.Spec.Template, live.Spec.Template)
 		want := dep.Spec.Replicas
 		if r.Autoscale && replicas > 0 && live.Spec.Replicas != nil {
@@ -193,6 +217,9 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("applying deployment: %w", err)
 	}
+	if prevImage != fn.Status.Image && replicas > 0 {
+		r.lifecycle(ctx, &fn, apiv1.EventNormal, apiv1.ReasonStarting, "starting %s", fn.Status.Image)
+	}
 	svc := resources.MakeService(&fn)
 	liveSvc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, liveSvc, func() error {
@@ -209,6 +236,9 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	fn.Status.Replicas, fn.Status.DesiredReplicas = live.Status.ReadyReplicas, target
 	quota, quotaMsg := quotaLimit(live)
+	// ready is the Ready event's message when this version has just become Ready (once per
+	// version: a later reconcile finds it Ready already).
+	ready := ""
 	switch {
 	case off:
 		fn.MarkReady()
@@ -216,10 +246,14 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		if before.Image != fn.Status.Image {
 			r.collectImages(ctx, &fn) // nothing runs the earlier versions
 		}
+		if before.Phase != apiv1.PhaseReady || before.Image != fn.Status.Image {
+			ready = fmt.Sprintf("%s is ready; no instance runs: %s", fn.Status.Image, msgDisabledByTriggers)
+		}
 	case rolledOut(live, target):
 		fn.MarkReady()
 		if before.Phase != apiv1.PhaseReady || before.Image != fn.Status.Image {
 			r.collectImages(ctx, &fn)
+			ready = fmt.Sprintf("%s serves (%d ready of %d)", fn.Status.Image, live.Status.ReadyReplicas, target)
 		}
 	case quota != "":
 		// Not a failure of the function, nor of its new version: it runs what the quota allows,
@@ -230,16 +264,28 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		fn.MarkFailed("StartFailed", fmt.Sprintf("the new version did not become ready within %d s: %s", resources.ProgressDeadline, stalled(live)))
 		if before.Phase != apiv1.PhaseFailed {
 			r.event(&fn, corev1.EventTypeWarning, "StartFailed", "%s", fn.Status.Message)
+			r.lifecycle(ctx, &fn, apiv1.EventWarning, apiv1.ReasonFailed, "start failed: %s", fn.Status.Message)
 		}
+	case fn.Status.Phase != apiv1.PhaseReady:
+		// The rollout goes on; the Deployment's status change brings us back (Owns).
+		meta.SetStatusCondition(&fn.Status.Conditions, metav1.Condition{Type: slessv1.FunctionReady, Status: metav1.ConditionFalse,
+			Reason: apiv1.ReasonStarting, Message: "starting the new version", ObservedGeneration: fn.Generation})
 	}
-	// Otherwise the rollout goes on; the Deployment's status change brings us back (Owns).
+	// Otherwise a running version scales; the Deployment's status change brings us back (Owns).
 	if quota != "" {
 		fn.MarkScaleLimited("QuotaExceeded", fmt.Sprintf("scale-up stopped at %d of %d replicas by the tenant quota %q: %s",
 			live.Status.Replicas, target, quota, quotaMsg))
 	} else {
 		fn.ClearScaleLimited()
 	}
-	return ctrl.Result{}, r.writeStatus(ctx, &fn, before)
+	if err := r.writeStatus(ctx, &fn, before); err != nil {
+		return ctrl.Result{}, err
+	}
+	if ready != "" {
+		// After the status write: a write that fails (a conflict) is retried, and records it then.
+		r.lifecycle(ctx, &fn, apiv1.EventNormal, apiv1.ReasonReady, "%s", ready)
+	}
+	return ctrl.Result{}, nil
 }
 
 // quotaLimit is the ResourceQuota that keeps the Deployment from creating pods and the ReplicaSet

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,12 +21,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/fnlog"
 	"github.com/sless-dev/sless/internal/testenv"
 	"github.com/sless-dev/sless/layers"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
@@ -189,6 +192,37 @@ func TestFunctionReconciler(t *testing.T) {
 		})
 		markAvailable()
 		eventually(t, "Ready once it recovers", func() bool { return getFn().Status.Phase == apiv1.PhaseReady })
+	})
+	// GET …/events: after the build's steps, each version's Starting and Ready once, and a start
+	// that failed, in the order they happened.
+	t.Run("lifecycle events", func(t *testing.T) {
+		var reasons []string
+		eventually(t, "the recovery's Ready event", func() bool {
+			evs, _ := fnlog.LoadEvents(ctx, code, ns, "hello")
+			reasons = reasons[:0]
+			for _, e := range evs {
+				if e.Reason == apiv1.ReasonStarting || e.Reason == apiv1.ReasonReady || e.Reason == apiv1.ReasonFailed {
+					reasons = append(reasons, e.Reason)
+				}
+			}
+			return len(reasons) > 0 && reasons[len(reasons)-1] == apiv1.ReasonReady && slices.Contains(reasons, apiv1.ReasonFailed)
+		})
+		want := []string{apiv1.ReasonStarting, apiv1.ReasonReady, apiv1.ReasonStarting, apiv1.ReasonReady, apiv1.ReasonFailed, apiv1.ReasonReady}
+		if !slices.Equal(reasons, want) {
+			t.Errorf("lifecycle events %v, want %v", reasons, want)
+		}
+		evs, _ := fnlog.LoadEvents(ctx, code, ns, "hello")
+		for _, e := range evs {
+			if e.Reason == apiv1.ReasonFailed && (e.Type != apiv1.EventWarning || !strings.Contains(e.Message, "timed out progressing")) {
+				t.Errorf("the start failure's event: %+v", e)
+			}
+			if e.CodeSHA256 == "" {
+				t.Errorf("an event without its code: %+v", e)
+			}
+		}
+		if c := meta.FindStatusCondition(getFn().Status.Conditions, slessv1.FunctionReady); c == nil || c.Reason != apiv1.ReasonReady {
+			t.Errorf("the Ready condition: %+v", c)
+		}
 	})
 	t.Run("an owned deployment deleted is restored", func(t *testing.T) {
 		if err := c.Delete(ctx, getDep()); err != nil {
