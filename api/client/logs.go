@@ -188,8 +188,9 @@ const FailureLogLines = 20
 // Failure explains a deploy that ended Failed: the stage that failed, why, and the end of the
 // log that shows it.
 type Failure struct {
-	// Stage is the step that failed (an apiv1.Reason* such as Building or Starting): the one
-	// the last Failed event followed; empty when the events do not say.
+	// Stage is the last stage before the last Failed event (an apiv1.Reason* such as Building or
+	// Starting): the step that failed, or for Stored and Built the one that finished before the
+	// failing step began. Empty when the events do not say.
 	Stage   string
 	Message string
 	// Source is the log Lines come from: apiv1.LogSourceBuild, or apiv1.LogSourceInstances
@@ -200,8 +201,14 @@ type Failure struct {
 	LogErr error
 }
 
-// startStages are the stages whose failure the instances' log explains.
-var startStages = map[string]bool{apiv1.ReasonStarting: true, apiv1.ReasonReady: true}
+// startStages are the stages a failure after which the instances' log explains: the image was
+// built, so what failed is its start.
+var startStages = map[string]bool{apiv1.ReasonBuilt: true, apiv1.ReasonStarting: true, apiv1.ReasonReady: true}
+
+// doneStages are the events that say a step finished (the others say one began): a failure that
+// follows one happened in the next step, which the events do not name (Stored is followed by the
+// dependency install or the image build).
+var doneStages = map[string]bool{apiv1.ReasonStored: true, apiv1.ReasonBuilt: true, apiv1.ReasonReady: true}
 
 // ExplainFailure reads why function f failed: its events name the stage, and the last
 // FailureLogLines of the build log (of the instances' log when it failed to start) show it.
@@ -254,12 +261,16 @@ func failedStage(evs []apiv1.Event, msg string) (stage, message string) {
 // String is the failure as a Terraform diagnostic shows it: Summary, then LogText.
 func (f *Failure) String() string { return f.Summary() + "\n" + f.LogText() }
 
-// Summary is "failed at stage <stage>: <message>" ("failed: <message>" when the stage is unknown).
+// Summary is "failed at stage <stage>: <message>", "failed after stage <stage>: …" when the stage is
+// one that finished (Stored, Built), "failed: <message>" when the stage is unknown.
 func (f *Failure) Summary() string {
-	if f.Stage != "" {
-		return fmt.Sprintf("failed at stage %s: %s", f.Stage, f.Message)
+	switch {
+	case f.Stage == "":
+		return "failed: " + f.Message
+	case doneStages[f.Stage]:
+		return fmt.Sprintf("failed after stage %s: %s", f.Stage, f.Message)
 	}
-	return "failed: " + f.Message
+	return fmt.Sprintf("failed at stage %s: %s", f.Stage, f.Message)
 }
 
 // LogText is the log's last lines under a heading naming the log, indented; or why there are none.

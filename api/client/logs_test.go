@@ -292,6 +292,17 @@ func TestExplainFailure(t *testing.T) {
 		t.Errorf("start failure text %q", s)
 	}
 
+	// A failure after a stage that finished: said so; after Built, the start failed.
+	f.events = append(f.events, ev(8, apiv1.ReasonStored, ""), ev(9, apiv1.ReasonFailed, "build failed: requirements.txt line 1"))
+	if fl = c.ExplainFailure(ctx, fn); fl.Stage != apiv1.ReasonStored || fl.Source != apiv1.LogSourceBuild ||
+		fl.Summary() != "failed after stage Stored: build failed: requirements.txt line 1" {
+		t.Errorf("after Stored: %+v %s", fl, fl.Summary())
+	}
+	f.events = append(f.events, ev(10, apiv1.ReasonBuilt, ""), ev(11, apiv1.ReasonFailed, "no instance started"))
+	if fl = c.ExplainFailure(ctx, fn); fl.Stage != apiv1.ReasonBuilt || fl.Source != apiv1.LogSourceInstances {
+		t.Errorf("after Built: %+v", fl)
+	}
+
 	// No events: the status message and the build log.
 	f.events = nil
 	fl = c.ExplainFailure(ctx, fn)

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,6 +65,63 @@ func (c *cli) runIn(stdin string, args ...string) result {
 	return result{code, o.String(), e.String()}
 }
 
+// started is a command left running (sless logs -f).
+type started struct {
+	cmd            *exec.Cmd
+	stdout, stderr syncBuffer
+	done           chan struct{}
+}
+
+// start runs a command in the background; the test's end stops it.
+func (c *cli) start(args ...string) *started {
+	c.t.Helper()
+	s := &started{cmd: exec.Command(slessBin, args...), done: make(chan struct{})}
+	s.cmd.Env = append(os.Environ(), c.env...)
+	s.cmd.Stdout, s.cmd.Stderr = &s.stdout, &s.stderr
+	if err := s.cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	go func() { s.cmd.Wait(); close(s.done) }()
+	c.t.Cleanup(func() { s.cmd.Process.Kill(); <-s.done })
+	return s
+}
+
+// waitFor waits until the command's stdout holds want.
+func (s *started) waitFor(t *testing.T, d time.Duration, want string) {
+	t.Helper()
+	waitUntil(t, d, fmt.Sprintf("%q in the output of %v", want, s.cmd.Args), func() bool { return strings.Contains(s.stdout.String(), want) })
+}
+
+// interrupt sends SIGINT (Ctrl-C) and returns the exit status.
+func (s *started) interrupt(t *testing.T) int {
+	t.Helper()
+	s.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%v did not end after SIGINT", s.cmd.Args)
+	}
+	return s.cmd.ProcessState.ExitCode()
+}
+
+// syncBuffer is a bytes.Buffer a running command writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
 // ok runs a command that must succeed.
 func (c *cli) ok(args ...string) result {
 	c.t.Helper()
@@ -93,6 +152,7 @@ const cliHandler = `import os
 V = 1
 
 def handle(event):
+    print("handled", event.get("path"), flush=True)  # for sless logs
     if "input" in event:  # a job's event
         return {"sum": sum(event["input"])}
     if "boom" in event:
@@ -252,6 +312,63 @@ func TestAuthorCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("logs and events", func(t *testing.T) {
+		c.ok("invoke", "hello", "--path", "/log-marker-1")
+		waitUntil(t, 60*time.Second, "the handler's line in sless logs", func() bool {
+			return strings.Contains(c.ok("logs", "hello").stdout, " handled /log-marker-1\n")
+		})
+		var marked []apiv1.LogLine
+		for _, l := range strings.Split(strings.TrimSpace(c.ok("logs", "hello", "--tail", "1000", "-o", "json").stdout), "\n") {
+			var ll apiv1.LogLine
+			if err := json.Unmarshal([]byte(l), &ll); err != nil {
+				t.Fatalf("-o json line %q: %v", l, err)
+			}
+			if ll.Line == "handled /log-marker-1" {
+				marked = append(marked, ll)
+			}
+		}
+		if len(marked) != 1 || marked[0].Instance == "" || marked[0].Time.IsZero() || marked[0].Stream == apiv1.StreamBuild {
+			t.Errorf("-o json: the marker's lines %+v", marked)
+		}
+		if r := c.ok("logs", "hello", "--tail", "0"); r.stdout != "" {
+			t.Errorf("--tail 0 printed %q", r.stdout)
+		}
+		if r := c.ok("logs", "hello", "--since", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)); r.stdout != "" {
+			t.Errorf("--since an hour ahead printed %q", r.stdout)
+		}
+		// The build log: the pipeline's stage lines, without an instance column.
+		b := c.ok("logs", "hello", "--build").stdout
+		for _, w := range []string{"build of " + u.Client.Namespace() + "/hello", "building: ", "built "} {
+			if !strings.Contains(b, w) {
+				t.Errorf("--build lacks %q:\n%s", w, b)
+			}
+		}
+		ev := c.ok("fn", "events", "hello").stdout
+		for _, w := range []string{"Stored", "Building", "Built", "Starting", "Ready"} {
+			if !strings.Contains(ev, " "+w+" ") {
+				t.Errorf("events lack %s:\n%s", w, ev)
+			}
+		}
+		var e apiv1.Event
+		if l, _, _ := strings.Cut(c.ok("fn", "events", "hello", "-o", "json").stdout, "\n"); json.Unmarshal([]byte(l), &e) != nil || e.Reason == "" || e.Time.IsZero() {
+			t.Errorf("events -o json: %q", l)
+		}
+
+		// -f prints the lines that come, until interrupted (exit 0).
+		f := c.start("logs", "hello", "-f", "--tail", "0")
+		c.ok("invoke", "hello", "--path", "/log-marker-2")
+		f.waitFor(t, 60*time.Second, " handled /log-marker-2\n")
+		if code := f.interrupt(t); code != 0 {
+			t.Errorf("logs -f interrupted: exit %d, stderr %s", code, f.stderr.String())
+		}
+		if strings.Contains(f.stdout.String(), "log-marker-1") {
+			t.Errorf("logs -f --tail 0 printed an old line:\n%s", f.stdout.String())
+		}
+
+		c.fails([]string{"logs", "nope"}, "not_found", `"nope"`)
+		c.fails([]string{"fn", "events", "nope"}, "not_found")
+	})
+
 	t.Run("fn ls and get", func(t *testing.T) {
 		r := c.ok("fn", "ls")
 		if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "NAME") ||
@@ -311,6 +428,11 @@ func TestAuthorCLI(t *testing.T) {
 		// failed (the runtime's own line is not always in it): only the failure is asserted.
 		r := c.fails([]string{"fn", "deploy", dir, "--name", "nohandler", "--runtime", "python3.11", "--entrypoint", "handler.nope"}, "function nohandler failed (phase Failed)")
 		t.Logf("a missing handler:\n%s", r.stderr)
+		// A build failure: the stage, the message and the build log's last lines.
+		deps := writeDir(t, map[string]string{"handler.py": cliHandler, "requirements.txt": "--index-url http://example.invalid/simple\nsix\n"})
+		r = c.fails([]string{"fn", "deploy", deps, "--name", "baddeps", "--runtime", "python3.11"},
+			"function baddeps failed (phase Failed) after stage Stored: ", "sets the package index", "lines of the build log:\n  build of ", "\n  failed after ")
+		t.Logf("a refused requirements.txt:\n%s", r.stderr)
 		link := writeDir(t, map[string]string{"handler.py": cliHandler})
 		os.Symlink("/etc/passwd", filepath.Join(link, "passwd"))
 		c.fails([]string{"fn", "deploy", link, "--name", "linked", "--runtime", "python3.11"}, "not a regular file")
@@ -366,7 +488,7 @@ func TestAuthorCLI(t *testing.T) {
 	})
 
 	t.Run("rm", func(t *testing.T) {
-		if r := c.ok("fn", "rm", "hello", "broken"); !strings.Contains(r.stdout, "function hello deleted") || !strings.Contains(r.stdout, "function broken deleted") {
+		if r := c.ok("fn", "rm", "hello", "broken", "baddeps"); !strings.Contains(r.stdout, "function hello deleted") || !strings.Contains(r.stdout, "function broken deleted") {
 			t.Errorf("rm: %q", r.stdout)
 		}
 		c.fails([]string{"fn", "get", "hello"}, "not_found")
@@ -401,6 +523,8 @@ func TestHelpAndCompletion(t *testing.T) {
 		{[]string{"fn", "--help"}, "deploy"},
 		{[]string{"fn", "deploy", "--help"}, "--max-replicas"},
 		{[]string{"invoke", "--help"}, "--path"},
+		{[]string{"logs", "--help"}, "--build"},
+		{[]string{"fn", "events", "--help"}, "--follow"},
 		{[]string{"jobs", "run", "--help"}, "--event"},
 		{[]string{"triggers", "disable", "--help"}, "Disable"},
 		{[]string{"login", "--help"}, "--token-file"},
@@ -435,6 +559,10 @@ func TestHelpAndCompletion(t *testing.T) {
 		{[]string{"invoke", "x", "--nope"}, "unknown flag: --nope"},
 		{[]string{"login"}, `"token-file" not set`},
 		{[]string{"deps"}, "needs a subcommand"},
+		{[]string{"logs"}, "accepts 1 arg"},
+		{[]string{"logs", "x", "--since", "yesterday"}, "--since"},
+		{[]string{"logs", "x", "--tail", "-1"}, "--tail -1"},
+		{[]string{"fn", "events", "x", "-o", "yaml"}, "text or json"},
 		{[]string{"fn", "deploy", ".", "--name", "x", "--env", "NOEQUALS"}, "must be K=V"},
 	} {
 		if r := c.run(tc.args...); r.code != 2 || !strings.Contains(r.stderr, tc.want) {

@@ -186,11 +186,8 @@ func deploy(cmd *cobra.Command, dir string, f deployFlags) error {
 	if fn.Status.Phase == apiv1.PhaseFailed {
 		fl := c.ExplainFailure(ctx, fn)
 		fmt.Fprintln(stderr, fl.LogText())
-		stage := ""
-		if fl.Stage != "" {
-			stage = " at stage " + fl.Stage
-		}
-		return fmt.Errorf("function %s failed (phase %s)%s: %s", f.name, fn.Status.Phase, stage, fl.Message)
+		// "… (phase Failed) at stage Building: why", "… after stage Stored: why" or "…: why".
+		return fmt.Errorf("function %s failed (phase %s)%s", f.name, fn.Status.Phase, strings.TrimPrefix(fl.Summary(), "failed"))
 	}
 	fmt.Fprintf(stdout, "function %s is Ready: %s\n", f.name, fn.Status.URL)
 	return nil
