@@ -87,6 +87,10 @@ echo "\$ curl $URL"; curl -s "$URL"; echo
 BUILD=$(curl -sf -H "$AUTH" "$E/v1/namespaces/$NS/functions/hello-python" | json 'd["status"]["build"]["duration_ms"]')
 echo "terraform apply of a one-line change, until the new code answers: ${total} ms (of which the in-process build: ${BUILD} ms)"
 echo "terraform plan now: $(tf hello-python plan -detailed-exitcode -input=false >/dev/null 2>&1; [ $? = 0 ] && echo 'no changes' || echo 'CHANGES (unexpected)')"
+
+echo; log "what the author reads: the last build's log and the function's own output"
+echo "\$ sless logs hello-python --build"; bin/sless logs hello-python --build || die "sless logs --build failed"
+echo "\$ sless logs hello-python --tail 6"; bin/sless logs hello-python --tail 6 || die "sless logs failed"
 echo
 echo "sless up keeps running (pid $(cat "$DEMO/sless.pid"), log $DEMO/sless.log). Try:"
 echo "  export SLESS_ENDPOINT=$E SLESS_API_TOKEN=\$(cat $DATA/dev-token) TF_CLI_CONFIG_FILE=$DEMO/terraformrc"

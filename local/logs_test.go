@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
 	"github.com/sless-dev/sless/internal/testenv"
@@ -199,6 +203,52 @@ func TestLogsUp(t *testing.T) {
 		_, lines := logs(u.token, "tail=1000")
 		if find(lines, "stdout", "hello /first") == nil || find(lines, "stdout", "hello /second") == nil {
 			t.Errorf("after scale-down: %+v", lines)
+		}
+	})
+
+	// After this real traffic (an upload, a build, calls, a cold start from zero), every family on
+	// /metrics has moved, but those this traffic cannot move (and the test that moves them), and
+	// Prometheus's linter finds nothing.
+	t.Run("every metric family moved", func(t *testing.T) {
+		call("/cold") // from zero: a cold start
+		code, m := u.get("/metrics")
+		if code != 200 {
+			t.Fatalf("/metrics: %d", code)
+		}
+		elsewhere := map[string]string{
+			"sless_dependency_cache_hits_total": "TestDependencies", "sless_dependency_installs_total": "TestDependencies",
+			"sless_function_held_requests": "a gauge, 0 when idle", "sless_function_in_flight_requests": "a gauge, 0 when idle",
+		}
+		parser := expfmt.NewTextParser(model.LegacyValidation)
+		families, err := parser.TextToMetricFamilies(strings.NewReader(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for name, mf := range families {
+			if !strings.HasPrefix(name, "sless_") || elsewhere[name] != "" {
+				continue
+			}
+			n++
+			moved := false
+			for _, s := range mf.GetMetric() {
+				moved = moved || s.GetCounter().GetValue() > 0 || s.GetHistogram().GetSampleCount() > 0 || s.GetGauge().GetValue() > 0
+			}
+			if !moved {
+				t.Errorf("%s did not move after real traffic:\n%s", name, grepLines(m, name))
+			}
+		}
+		for _, want := range []string{"sless_builds_total", "sless_build_duration_seconds", "sless_upload_bytes", "sless_function_requests_total",
+			"sless_function_request_duration_seconds", "sless_function_cold_starts_total", "sless_function_cold_start_duration_seconds",
+			"sless_function_replicas", "sless_function_desired_replicas", "sless_http_requests_total"} {
+			if families[want] == nil {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+		t.Logf("%d sless_ families moved", n)
+		problems, err := promlint.New(strings.NewReader(m)).Lint()
+		if err != nil || len(problems) != 0 {
+			t.Errorf("promlint: %v %+v", err, problems)
 		}
 	})
 }
