@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,6 +51,36 @@ func TestRoleReadsNoSecrets(t *testing.T) {
 	}
 }
 
+// Pod logs (GET …/logs, and the logs the controller keeps of stopping pods) are read, nothing
+// more: no exec, attach, port-forward or proxy into tenant pods, no writes to logs.
+func TestRoleReadsPodLogsOnly(t *testing.T) {
+	b, err := os.ReadFile("rbac/role.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.ClusterRole
+	if err := sigsyaml.Unmarshal(b, &role); err != nil {
+		t.Fatal(err)
+	}
+	logs := false
+	for _, r := range role.Rules {
+		for _, res := range r.Resources {
+			switch {
+			case res == "pods/log":
+				logs = true
+				if len(r.Verbs) != 1 || r.Verbs[0] != "get" {
+					t.Errorf("the operator's role grants %v on pods/log, want get only", r.Verbs)
+				}
+			case strings.HasPrefix(res, "pods/") || res == "*":
+				t.Errorf("the operator's role grants %v on %s", r.Verbs, res)
+			}
+		}
+	}
+	if !logs {
+		t.Error("the operator's role cannot read pod logs")
+	}
+}
+
 // As the operator's service account, on a real kube-apiserver with the install's role, binding and
 // admission policy: it cannot read a Secret, and it can delete a namespace only if it manages it.
 func TestOperatorIdentityIsBounded(t *testing.T) {
@@ -82,6 +113,21 @@ func TestOperatorIdentityIsBounded(t *testing.T) {
 		Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`)}}
 	if err := op.Create(ctx, pull); err != nil {
 		t.Errorf("the operator cannot create a tenant's pull secret: %v", err)
+	}
+
+	// Pod logs are readable; a shell in a tenant's pod is not.
+	for _, a := range []struct {
+		verb, sub string
+		want      bool
+	}{{"get", "log", true}, {"create", "exec", false}, {"get", "exec", false}, {"create", "attach", false}, {"create", "portforward", false}} {
+		rev := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: "sless-0000000000000ab1", Verb: a.verb, Resource: "pods", Subresource: a.sub}}}
+		if err := op.Create(ctx, rev); err != nil {
+			t.Fatal(err)
+		}
+		if rev.Status.Allowed != a.want {
+			t.Errorf("the operator may %s pods/%s: %v, want %v", a.verb, a.sub, rev.Status.Allowed, a.want)
+		}
 	}
 
 	// The policy is enforced once the API server has loaded it: wait for the first refusal.
