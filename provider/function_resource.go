@@ -301,7 +301,10 @@ func waitServing(ctx context.Context, c *client.Client, events *client.EventWatc
 			return nil, err
 		}
 		if events != nil {
-			evs, _ := events.Next(ctx) // progress only: the status decides
+			evs, err := events.Next(ctx)
+			if err != nil {
+				events = nil // progress only: the status decides, and an API without events is not asked again
+			}
 			for _, e := range evs {
 				tflog.Info(ctx, fmt.Sprintf("function %s: %s: %s", name, e.Reason, e.Message),
 					map[string]any{"function": name, "stage": e.Reason, "message": e.Message, "event_type": e.Type})

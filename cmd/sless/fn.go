@@ -213,7 +213,9 @@ func follow(ctx context.Context, c *client.Client, events *client.EventWatch, na
 			// Read after the status: an event recorded before it is printed before the loop ends.
 			evs, err := events.Next(ctx)
 			if err != nil && ctx.Err() == nil {
-				fmt.Fprintf(w, "sless: warning: reading the function's events: %v\n", err)
+				// Once: an API that keeps no events would say so on every poll.
+				fmt.Fprintf(w, "sless: warning: reading the function's events: %v; showing its phase instead\n", err)
+				events = nil
 			}
 			for _, e := range evs {
 				sawEvent = true
@@ -224,7 +226,7 @@ func follow(ctx context.Context, c *client.Client, events *client.EventWatch, na
 		if f.Status.Message != "" {
 			now += ": " + f.Status.Message
 		}
-		if now != last && !sawEvent {
+		if now != last && (!sawEvent || events == nil) {
 			fmt.Fprintf(w, "[%5.1fs] %s\n", time.Since(start).Seconds(), now)
 		}
 		last = now

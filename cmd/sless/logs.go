@@ -83,7 +83,7 @@ last build's log instead: its stages and the dependency install's output.
 				if out == outJSON {
 					return printJSONLine(w, l)
 				}
-				_, err := io.WriteString(w, formatLogLine(l))
+				_, err := io.WriteString(w, formatLogLine(args[0], l))
 				return err
 			})
 		},
@@ -152,12 +152,13 @@ func printJSONLine(w io.Writer, v any) error {
 func logTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
 
 // formatLogLine is `sless logs`' text line: TIME INSTANCE LINE, "stderr" before the line when the
-// platform kept the stream apart; a build log's lines need no instance.
-func formatLogLine(l apiv1.LogLine) string {
+// platform kept the stream apart; a build log's lines need no instance. The instance is shown
+// without what every instance of function name repeats (-o json has it whole).
+func formatLogLine(name string, l apiv1.LogLine) string {
 	var b strings.Builder
 	b.WriteString(logTime(l.Time))
 	if l.Stream != apiv1.StreamBuild {
-		b.WriteString(" " + l.Instance)
+		b.WriteString(" " + shortInstance(name, l.Instance))
 	}
 	if l.Stream == apiv1.StreamStderr {
 		b.WriteString(" stderr")
@@ -176,4 +177,17 @@ func formatEvent(e apiv1.Event) string {
 		msg += " (code " + e.CodeSHA256[:min(12, len(e.CodeSHA256))] + ")"
 	}
 	return fmt.Sprintf("%s %-22s %s\n", logTime(e.Time), e.Reason, strings.TrimSpace(msg))
+}
+
+// shortInstance drops the part of an instance's name up to the function's name: a pod
+// "hello-5d8f7c9b4-x2x7z" is "5d8f7c9b4-x2x7z", a local container
+// "sless-sless-<ns>-hello-<version>-<id>" is "<version>-<id>".
+func shortInstance(name, inst string) string {
+	if rest, ok := strings.CutPrefix(inst, name+"-"); ok && rest != "" {
+		return rest
+	}
+	if i := strings.LastIndex(inst, "-"+name+"-"); i >= 0 && i+len(name)+2 < len(inst) {
+		return inst[i+len(name)+2:]
+	}
+	return inst
 }
