@@ -81,13 +81,19 @@ func (c *controller) ensureBuilt(ctx context.Context, ns string, spec api.Functi
 			}
 		})
 	}
-	if err := setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseBuilding, "" }); err != nil {
+	if err := setStatus(func(s *apiv1.FunctionStatus) {
+		s.Phase, s.Message = apiv1.PhaseBuilding, ""
+		built(s, "False", apiv1.ReasonBuilding, "building the image of code "+spec.CodeSHA256[:min(12, len(spec.CodeSHA256))])
+	}); err != nil {
 		return "", err
 	}
 	res, err := c.pipeline.Build(ctx, req)
 	if pe, ok := errors.AsType[*build.PendingError](err); ok {
 		// No build slot free (this tenant's, or any): look again soon, without holding a worker.
-		if err := setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseBuilding, pe.Reason }); err != nil {
+		if err := setStatus(func(s *apiv1.FunctionStatus) {
+			s.Phase, s.Message = apiv1.PhaseBuilding, pe.Reason
+			built(s, "False", apiv1.ReasonBuilding, pe.Reason)
+		}); err != nil {
 			return "", err
 		}
 		return "", requeueAfter(pe.RetryAfter)
@@ -104,7 +110,10 @@ func (c *controller) ensureBuilt(ctx context.Context, ns string, spec api.Functi
 				return "", err
 			}
 		}
-		if err := setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseFailed, build.Message(err) }); err != nil {
+		if err := setStatus(func(s *apiv1.FunctionStatus) {
+			s.Phase, s.Message = apiv1.PhaseFailed, build.Message(err)
+			built(s, "False", apiv1.ReasonFailed, build.Message(err))
+		}); err != nil {
 			return "", err
 		}
 		if user {
@@ -120,6 +129,7 @@ func (c *controller) ensureBuilt(ctx context.Context, ns string, spec api.Functi
 	now := time.Now().UTC().Truncate(time.Second)
 	if err := setStatus(func(s *apiv1.FunctionStatus) {
 		s.Image, s.LastBuiltAt, s.Message = res.Image, &now, "built; starting"
+		built(s, "True", apiv1.ReasonBuilt, res.Image)
 		s.Build = &apiv1.BuildInfo{DurationMS: res.Duration.Milliseconds(), DepsKey: res.DepsKey, DepsCached: res.DepsCached, DepsWarning: res.DepsWarning}
 	}); err != nil {
 		return "", err
@@ -168,12 +178,21 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 		events := c.pipeline.Events()
 		events.Record(ctx, ns, spec.Name, apiv1.Event{Reason: apiv1.ReasonStarting, CodeSHA256: spec.CodeSHA256,
 			Message: "starting the first instance of " + image})
+		if err := setStatus(func(s *apiv1.FunctionStatus) {
+			apiv1.SetCondition(&s.Conditions, apiv1.Condition{Type: apiv1.ConditionReady, Status: "False", Reason: apiv1.ReasonStarting,
+				Message: "starting the first instance of " + image})
+		}); err != nil {
+			return err
+		}
 		inst, err := p.run.Serve(ctx, f)
 		if err != nil {
 			// The previous version, if any, keeps serving; the start is retried with backoff.
 			events.Record(ctx, ns, spec.Name, apiv1.Event{Type: apiv1.EventWarning, Reason: apiv1.ReasonFailed, CodeSHA256: spec.CodeSHA256,
 				Message: "start failed: " + err.Error()})
-			if serr := setStatus(func(s *apiv1.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseFailed, err.Error() }); serr != nil {
+			if serr := setStatus(func(s *apiv1.FunctionStatus) {
+				s.Phase, s.Message = apiv1.PhaseFailed, err.Error()
+				apiv1.SetCondition(&s.Conditions, apiv1.Condition{Type: apiv1.ConditionReady, Status: "False", Reason: apiv1.ReasonFailed, Message: "start failed: " + err.Error()})
+			}); serr != nil {
 				return serr
 			}
 			return fmt.Errorf("starting %s/%s: %w", ns, spec.Name, err)
@@ -192,6 +211,7 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 	ready, starting := p.run.Scale(ns, spec.Name)
 	return setStatus(func(s *apiv1.FunctionStatus) {
 		s.Phase, s.Image = apiv1.PhaseReady, image
+		apiv1.SetCondition(&s.Conditions, apiv1.Condition{Type: apiv1.ConditionReady, Status: "True", Reason: apiv1.ReasonReady, Message: "serving " + image})
 		if s.Message != "" && !strings.HasPrefix(s.Message, scaleMessagePrefix) {
 			s.Message = ""
 		}
@@ -294,4 +314,9 @@ func (p *Platform) runnerFunction(ns string, spec api.FunctionSpec, image string
 	base, err := p.db.UIDBase(ns)
 	return runner.Function{Namespace: ns, Name: spec.Name, Image: image, Env: spec.EnvVars, TimeoutSec: spec.TimeoutSec,
 		MemoryMB: spec.MemoryMB, IDBase: base}, err
+}
+
+// built sets the Built condition.
+func built(s *apiv1.FunctionStatus, status, reason, msg string) {
+	apiv1.SetCondition(&s.Conditions, apiv1.Condition{Type: apiv1.ConditionBuilt, Status: status, Reason: reason, Message: msg})
 }

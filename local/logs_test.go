@@ -180,6 +180,57 @@ func TestLogsUp(t *testing.T) {
 		if got := strings.Join(reasons, ","); got != "Stored,Building,Pushing,Built,Starting,Ready" {
 			t.Errorf("events %s", got)
 		}
+		f, err := u.c.GetFunction(ctx, "talker")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, r := apiv1.FindCondition(f.Status.Conditions, apiv1.ConditionBuilt), apiv1.FindCondition(f.Status.Conditions, apiv1.ConditionReady)
+		if b == nil || r == nil || b.Status != "True" || b.Reason != apiv1.ReasonBuilt || b.Message != f.Status.Image ||
+			r.Status != "True" || r.Reason != apiv1.ReasonReady || r.LastTransitionTime.IsZero() {
+			t.Errorf("conditions %+v", f.Status.Conditions)
+		}
+	})
+
+	t.Run("a failed start is an event, a condition and the instance's last lines", func(t *testing.T) {
+		const broken = "print('loading broken')\nraise RuntimeError('broken on import')\n"
+		if _, err := u.c.CreateFunction(ctx, apiv1.Function{Name: "broken", Runtime: "python3.11"}); err != nil {
+			t.Fatal(err)
+		}
+		f := u.deploy(t, "broken", "python3.11", map[string]string{"handler.py": broken})
+		r := apiv1.FindCondition(f.Status.Conditions, apiv1.ConditionReady)
+		if f.Status.Phase != apiv1.PhaseFailed || r == nil || r.Status != "False" || r.Reason != apiv1.ReasonFailed || !strings.Contains(r.Message, "start failed") {
+			t.Fatalf("status %+v", f.Status)
+		}
+		if b := apiv1.FindCondition(f.Status.Conditions, apiv1.ConditionBuilt); b == nil || b.Status != "True" {
+			t.Errorf("the build succeeded: %+v", f.Status.Conditions)
+		}
+		req, _ := http.NewRequest("GET", u.url+"/v1/namespaces/"+ns+"/functions/broken/events", nil)
+		req.Header.Set("Authorization", "Bearer "+u.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var last apiv1.Event
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			json.Unmarshal(sc.Bytes(), &last)
+		}
+		if last.Reason != apiv1.ReasonFailed || last.Type != apiv1.EventWarning || !strings.Contains(last.Message, "broken on import") {
+			t.Errorf("last event %+v", last)
+		}
+		// The container that failed its start is gone; what it printed is not.
+		req, _ = http.NewRequest("GET", u.url+"/v1/namespaces/"+ns+"/functions/broken/logs", nil)
+		req.Header.Set("Authorization", "Bearer "+u.token)
+		lresp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(lresp.Body)
+		lresp.Body.Close()
+		if !strings.Contains(string(body), "loading broken") || !strings.Contains(string(body), "broken on import") {
+			t.Errorf("the failed instance's output:\n%s", body)
+		}
 	})
 
 	t.Run("bad input and another tenant", func(t *testing.T) {

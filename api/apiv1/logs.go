@@ -97,3 +97,47 @@ func ParseTail(s string) (int, error) {
 	}
 	return n, nil
 }
+
+// Condition is one aspect of a function's state in Kubernetes' form: Type ConditionBuilt or
+// ConditionReady, Status "True", "False" or "Unknown", Reason one of the Reason* stages.
+type Condition struct {
+	Type               string    `json:"type"`
+	Status             string    `json:"status"`
+	Reason             string    `json:"reason"`
+	Message            string    `json:"message,omitempty"`
+	LastTransitionTime time.Time `json:"last_transition_time"`
+}
+
+// Condition types of a function.
+const (
+	ConditionBuilt = "Built" // the current code's image is in the registry
+	ConditionReady = "Ready" // the current version serves
+)
+
+// SetCondition sets c in conds, keeping the time of the last transition when the status stays
+// (as Kubernetes' meta.SetStatusCondition does); c's zero time means now.
+func SetCondition(conds *[]Condition, c Condition) {
+	if c.LastTransitionTime.IsZero() {
+		c.LastTransitionTime = time.Now().UTC().Truncate(time.Second)
+	}
+	for i, old := range *conds {
+		if old.Type == c.Type {
+			if old.Status == c.Status {
+				c.LastTransitionTime = old.LastTransitionTime
+			}
+			(*conds)[i] = c
+			return
+		}
+	}
+	*conds = append(*conds, c)
+}
+
+// FindCondition returns the condition of type t, or nil.
+func FindCondition(conds []Condition, t string) *Condition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
+}

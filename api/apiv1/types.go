@@ -67,6 +67,9 @@ type FunctionStatus struct {
 	// ScaleLimited: the platform cannot start the instances it is scaling to (the tenant's quota
 	// is used up; Message names it). /fn/ then does not hold a request no instance can take.
 	ScaleLimited bool `json:"scale_limited,omitempty"`
+	// Conditions are the stages the current code went through: Built and Ready, each with the
+	// stage's reason and message (the events say when each stage began: GET …/events).
+	Conditions []Condition `json:"conditions,omitempty"`
 }
 
 // BuildInfo describes the last build.
