@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,12 +83,6 @@ func (c *cli) start(args ...string) *started {
 	go func() { s.cmd.Wait(); close(s.done) }()
 	c.t.Cleanup(func() { s.cmd.Process.Kill(); <-s.done })
 	return s
-}
-
-// waitFor waits until the command's stdout holds want.
-func (s *started) waitFor(t *testing.T, d time.Duration, want string) {
-	t.Helper()
-	waitUntil(t, d, fmt.Sprintf("%q in the output of %v", want, s.cmd.Args), func() bool { return strings.Contains(s.stdout.String(), want) })
 }
 
 // interrupt sends SIGINT (Ctrl-C) and returns the exit status.
@@ -355,9 +348,13 @@ func TestAuthorCLI(t *testing.T) {
 		}
 
 		// -f prints the lines that come, until interrupted (exit 0).
+		// The stream shows nothing when it opens: invoke until the line comes (one written before
+		// it opened is not new).
 		f := c.start("logs", "hello", "-f", "--tail", "0")
-		c.ok("invoke", "hello", "--path", "/log-marker-2")
-		f.waitFor(t, 60*time.Second, " handled /log-marker-2\n")
+		waitUntil(t, 60*time.Second, "sless logs -f to print a new line", func() bool {
+			c.ok("invoke", "hello", "--path", "/log-marker-2")
+			return strings.Contains(f.stdout.String(), " handled /log-marker-2\n")
+		})
 		if code := f.interrupt(t); code != 0 {
 			t.Errorf("logs -f interrupted: exit %d, stderr %s", code, f.stderr.String())
 		}
