@@ -120,7 +120,7 @@ func (l *Logs) readPod(ctx context.Context, ns, name, pod string, q api.LogQuery
 	poll := cmp.Or(l.Poll, time.Second)
 	var last time.Time // the newest line sent
 	if q.Follow && q.Tail == 0 {
-		last = time.Now() // only what comes from now on, also after a reconnect
+		last = time.Now() // a reconnect sends only what came after the start
 	}
 	streamed := int32(-1) // the restart count of the container read to its end
 	first := true
@@ -168,6 +168,11 @@ func (l *Logs) readPod(ctx context.Context, ns, name, pod string, q api.LogQuery
 				opts.TailLines = &tail
 			}
 			restarts, skipThrough := cs.RestartCount, last
+			if first {
+				// The kubelet's tail is exact: no skipping by this host's clock, which may not
+				// be the node's.
+				skipThrough = time.Time{}
+			}
 			err := l.stream(ctx, ns, pod, opts, func(line apiv1.LogLine) error {
 				if line.Time.Before(q.Since) || !skipThrough.IsZero() && !line.Time.After(skipThrough) {
 					return nil
@@ -182,6 +187,8 @@ func (l *Logs) readPod(ctx context.Context, ns, name, pod string, q api.LogQuery
 				return ee.error
 			case ctx.Err() != nil:
 				return nil
+			case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+				return err // retrying would not help
 			case apierrors.IsBadRequest(err) || apierrors.IsNotFound(err):
 				// Not started after all (or gone): looked at again below.
 				if !q.Follow {
