@@ -412,6 +412,7 @@ func TestIsTransient(t *testing.T) {
 func checkBuildLog(t *testing.T, f *fixture, req build.Request, err error, res *build.Result) {
 	t.Helper()
 	ctx := context.Background()
+	f.pipeline.Events().Flush()
 	lines, lerr := fnlog.Load[apiv1.LogLine](ctx, f.code, fnlog.BuildKey(req.Namespace, req.Function))
 	evs, eerr := fnlog.LoadEvents(ctx, f.code, req.Namespace, req.Function)
 	if lerr != nil || eerr != nil || len(lines) < 2 {

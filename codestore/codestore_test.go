@@ -43,6 +43,11 @@ func contract(t *testing.T, s codestore.Store) {
 	s.Put(ctx, other, strings.NewReader("x"), 1)
 	second := codestore.Key("sless-0123456789abcdef", "hello", strings.Repeat("c", 64))
 	s.Put(ctx, second, strings.NewReader("y"), 1)
+	// A reader that cannot seek (a log written from memory): S3 over plain HTTP must take it too.
+	unseekable := codestore.Key("sless-0123456789abcdef", "logs", strings.Repeat("d", 64))
+	if err := s.Put(ctx, unseekable, io.MultiReader(strings.NewReader("not seekable")), 12); err != nil {
+		t.Fatalf("Put of a reader that cannot seek: %v", err)
+	}
 	if got, err := s.List(ctx, codestore.Prefix("sless-0123456789abcdef", "hello")); err != nil || len(got) != 2 ||
 		got[0].Key != key || got[1].Key != second || got[0].Size != int64(len(body)) || time.Since(got[1].Modified) > time.Hour {
 		t.Errorf("List = %+v, %v; want %s and %s (not hello2's)", got, err, key, second)

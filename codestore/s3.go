@@ -1,6 +1,7 @@
 package codestore
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -195,9 +196,24 @@ func (s *S3) EnsureBucket(ctx context.Context) error {
 	return nil
 }
 
+// maxBuffered bounds what Put reads into memory from a reader that cannot seek.
+const maxBuffered = 64 << 20
+
 // Put uploads the object in one request (archives are at most the upload limit). A PUT that is
 // cut off leaves no object: S3 stores none but a complete one.
 func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if _, ok := r.(io.Seeker); !ok {
+		// Over plain HTTP the SDK checksums the body and must rewind it: a reader that cannot
+		// (a log written from memory, a pipe) is read into memory first, up to maxBuffered.
+		b, err := io.ReadAll(io.LimitReader(r, maxBuffered+1))
+		if err != nil {
+			return fmt.Errorf("putting s3://%s/%s: %w", s.bucket, key, err)
+		}
+		if len(b) > maxBuffered {
+			return fmt.Errorf("putting s3://%s/%s: a body that cannot seek is limited to %d bytes", s.bucket, key, maxBuffered)
+		}
+		r = bytes.NewReader(b)
+	}
 	w := s.watch(ctx)
 	defer w.done()
 	var body io.Reader = &progressReader{r: r, w: w}

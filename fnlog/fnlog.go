@@ -101,7 +101,8 @@ func Save[T any](ctx context.Context, store codestore.Store, key string, items [
 	if err := Encode(&b, items); err != nil {
 		return err
 	}
-	return store.Put(ctx, key, &b, int64(b.Len()))
+	// A seekable body: S3 over plain HTTP refuses one it cannot rewind.
+	return store.Put(ctx, key, bytes.NewReader(b.Bytes()), int64(b.Len()))
 }
 
 // Load reads what Save stored under key; nothing stored is no items and no error.
@@ -182,20 +183,32 @@ func (l *Log) add(line string) {
 	}
 }
 
-// Events appends events to functions' event logs in the code store. One writer per function is
-// assumed (the backend's controller; Kubernetes: the leader): the read-modify-write is serialised
-// within the process only.
+// Events appends events to functions' event logs in the code store. Record does not wait for the
+// store: a build or a start must not slow down by its own progress report. One goroutine, started
+// when there is something to write, appends in order, all the events a function has queued in one
+// read-modify-write. One writer per function is assumed (the backend's controller; Kubernetes: the
+// leader): the read-modify-write is serialised within the process only.
 type Events struct {
 	store codestore.Store
-	mu    sync.Mutex
+
+	mu      sync.Mutex
+	queue   map[string][]apiv1.Event // by EventsKey
+	order   []string                 // keys in the order they were first queued
+	running bool
+	idle    *sync.Cond // signalled when the writer stops with nothing queued
 }
 
 // NewEvents appends to store.
-func NewEvents(store codestore.Store) *Events { return &Events{store: store} }
+func NewEvents(store codestore.Store) *Events {
+	e := &Events{store: store, queue: map[string][]apiv1.Event{}}
+	e.idle = sync.NewCond(&e.mu)
+	return e
+}
 
-// Record appends ev (its Time set to now when zero), keeping the last MaxEvents. A nil *Events
-// records nothing.
-func (e *Events) Record(ctx context.Context, ns, name string, ev apiv1.Event) error {
+// Record queues ev (its Time set to now when zero) for ns/name's event log, which keeps the last
+// MaxEvents; a step repeated with the same reason, message and code (a build retried while its
+// dependency job runs) is one event. A nil *Events records nothing.
+func (e *Events) Record(_ context.Context, ns, name string, ev apiv1.Event) error {
 	if e == nil {
 		return nil
 	}
@@ -206,21 +219,70 @@ func (e *Events) Record(ctx context.Context, ns, name string, ev apiv1.Event) er
 		ev.Type = apiv1.EventNormal
 	}
 	ev.Message = Clip(ev.Message)
+	key := EventsKey(ns, name)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	key := EventsKey(ns, name)
-	evs, err := Load[apiv1.Event](ctx, e.store, key)
+	if _, ok := e.queue[key]; !ok {
+		e.order = append(e.order, key)
+	}
+	e.queue[key] = append(e.queue[key], ev)
+	if !e.running {
+		e.running = true
+		go e.write()
+	}
+	return nil
+}
+
+// Flush waits until every event recorded so far is in the store (or was given up on).
+func (e *Events) Flush() {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for e.running {
+		e.idle.Wait()
+	}
+}
+
+// write appends the queued events until none are left.
+func (e *Events) write() {
+	for {
+		e.mu.Lock()
+		if len(e.order) == 0 {
+			e.running = false
+			e.idle.Broadcast()
+			e.mu.Unlock()
+			return
+		}
+		key := e.order[0]
+		e.order = e.order[1:]
+		evs := e.queue[key]
+		delete(e.queue, key)
+		e.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		e.append(ctx, key, evs)
+		cancel()
+	}
+}
+
+// append adds evs to the log under key. A store that fails loses these events, not the lifecycle:
+// they are the author's view, the status is the platform's record.
+func (e *Events) append(ctx context.Context, key string, evs []apiv1.Event) error {
+	old, err := Load[apiv1.Event](ctx, e.store, key)
 	if err != nil {
-		evs = nil // a damaged log starts over rather than stopping the lifecycle
+		old = nil // a damaged log starts over
 	}
-	if n := len(evs); n > 0 && evs[n-1].Reason == ev.Reason && evs[n-1].Message == ev.Message && evs[n-1].CodeSHA256 == ev.CodeSHA256 {
-		return nil // a retried step (a build waiting for its dependency job) is one event
+	for _, ev := range evs {
+		if n := len(old); n > 0 && old[n-1].Reason == ev.Reason && old[n-1].Message == ev.Message && old[n-1].CodeSHA256 == ev.CodeSHA256 {
+			continue
+		}
+		old = append(old, ev)
 	}
-	evs = append(evs, ev)
-	if len(evs) > MaxEvents {
-		evs = evs[len(evs)-MaxEvents:]
+	if len(old) > MaxEvents {
+		old = old[len(old)-MaxEvents:]
 	}
-	return Save(ctx, e.store, key, evs)
+	return Save(ctx, e.store, key, old)
 }
 
 // LoadEvents returns a function's events, oldest first.

@@ -80,6 +80,7 @@ func TestEventsAndCollect(t *testing.T) {
 	ev.Record(ctx, "ns", "fn", apiv1.Event{Reason: apiv1.ReasonStored, Message: "m"})
 	ev.Record(ctx, "ns", "fn", apiv1.Event{Reason: apiv1.ReasonInstallingDependencies, Message: "k"})
 	ev.Record(ctx, "ns", "fn", apiv1.Event{Reason: apiv1.ReasonInstallingDependencies, Message: "k"})
+	ev.Flush()
 	evs, err := fnlog.LoadEvents(ctx, store, "ns", "fn")
 	if err != nil || len(evs) != 2 || evs[0].Type != apiv1.EventNormal || evs[1].Reason != apiv1.ReasonInstallingDependencies {
 		t.Fatalf("events %+v %v", evs, err)
@@ -87,6 +88,7 @@ func TestEventsAndCollect(t *testing.T) {
 	for i := range fnlog.MaxEvents + 5 {
 		ev.Record(ctx, "ns", "fn", apiv1.Event{Reason: apiv1.ReasonReady, Message: strings.Repeat("r", i%2+1)})
 	}
+	ev.Flush()
 	if evs, _ := fnlog.LoadEvents(ctx, store, "ns", "fn"); len(evs) != fnlog.MaxEvents {
 		t.Errorf("%d events kept", len(evs))
 	}

@@ -163,23 +163,16 @@ func TestLogsUp(t *testing.T) {
 		if len(build) < 4 || !strings.Contains(text, "stored: code") || !strings.Contains(text, "built ") || build[0].Stream != apiv1.StreamBuild {
 			t.Errorf("build log:\n%s", text)
 		}
-		req, _ := http.NewRequest("GET", u.url+"/v1/namespaces/"+ns+"/functions/talker/events", nil)
-		req.Header.Set("Authorization", "Bearer "+u.token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var reasons []string
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			var e apiv1.Event
-			json.Unmarshal(sc.Bytes(), &e)
-			reasons = append(reasons, e.Reason)
-		}
-		if got := strings.Join(reasons, ","); got != "Stored,Building,Pushing,Built,Starting,Ready" {
-			t.Errorf("events %s", got)
-		}
+		// Events are written behind the lifecycle (a build does not wait for its report).
+		var got string
+		waitFor(t, 5*time.Second, func() bool {
+			var reasons []string
+			for _, e := range events(t, u, "talker") {
+				reasons = append(reasons, e.Reason)
+			}
+			got = strings.Join(reasons, ",")
+			return got == "Stored,Building,Pushing,Built,Starting,Ready"
+		}, "the events Stored … Ready")
 		f, err := u.c.GetFunction(ctx, "talker")
 		if err != nil {
 			t.Fatal(err)
@@ -204,23 +197,18 @@ func TestLogsUp(t *testing.T) {
 		if b := apiv1.FindCondition(f.Status.Conditions, apiv1.ConditionBuilt); b == nil || b.Status != "True" {
 			t.Errorf("the build succeeded: %+v", f.Status.Conditions)
 		}
-		req, _ := http.NewRequest("GET", u.url+"/v1/namespaces/"+ns+"/functions/broken/events", nil)
-		req.Header.Set("Authorization", "Bearer "+u.token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
 		var last apiv1.Event
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			json.Unmarshal(sc.Bytes(), &last)
-		}
-		if last.Reason != apiv1.ReasonFailed || last.Type != apiv1.EventWarning || !strings.Contains(last.Message, "broken on import") {
+		waitFor(t, 5*time.Second, func() bool {
+			if evs := events(t, u, "broken"); len(evs) > 0 {
+				last = evs[len(evs)-1]
+			}
+			return last.Reason == apiv1.ReasonFailed
+		}, "a Failed event")
+		if last.Type != apiv1.EventWarning || !strings.Contains(last.Message, "broken on import") {
 			t.Errorf("last event %+v", last)
 		}
 		// The container that failed its start is gone; what it printed is not.
-		req, _ = http.NewRequest("GET", u.url+"/v1/namespaces/"+ns+"/functions/broken/logs", nil)
+		req, _ := http.NewRequest("GET", u.url+"/v1/namespaces/"+ns+"/functions/broken/logs", nil)
 		req.Header.Set("Authorization", "Bearer "+u.token)
 		lresp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -262,6 +250,8 @@ func TestLogsUp(t *testing.T) {
 	// Prometheus's linter finds nothing.
 	t.Run("every metric family moved", func(t *testing.T) {
 		call("/cold") // from zero: a cold start
+		// The replica gauges read the status, which follows the start.
+		waitFor(t, 5*time.Second, func() bool { f, _ := u.c.GetFunction(ctx, "talker"); return f.Status.Replicas == 1 }, "status.replicas 1")
 		code, m := u.get("/metrics")
 		if code != 200 {
 			t.Fatalf("/metrics: %d", code)
@@ -302,4 +292,26 @@ func TestLogsUp(t *testing.T) {
 			t.Errorf("promlint: %v %+v", err, problems)
 		}
 	})
+}
+
+// events reads a function's events.
+func events(t *testing.T, u *up, name string) []apiv1.Event {
+	t.Helper()
+	req, _ := http.NewRequest("GET", u.url+"/v1/namespaces/"+u.c.Namespace()+"/functions/"+name+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+u.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []apiv1.Event
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var e apiv1.Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("event %q: %v", sc.Text(), err)
+		}
+		out = append(out, e)
+	}
+	return out
 }

@@ -324,6 +324,7 @@ func testBuildLogAndEvents(t *testing.T, bk Backend) {
 	events := fnlog.NewEvents(e.Be.Code)
 	events.Record(ctx, e.NS, "builder", apiv1.Event{Reason: apiv1.ReasonStored, Message: "code 0123 is stored"})
 	events.Record(ctx, e.NS, "builder", apiv1.Event{Reason: apiv1.ReasonBuilding, Message: "building"})
+	events.Flush()
 	code, evs := readNDJSON[apiv1.Event](t, e, p+"events")
 	if code != 200 || len(evs) != 2 || evs[0].Reason != apiv1.ReasonStored || evs[1].Type != apiv1.EventNormal || evs[1].Time.IsZero() {
 		t.Errorf("events: %d %+v", code, evs)
@@ -335,6 +336,7 @@ func testBuildLogAndEvents(t *testing.T, bk Backend) {
 	expectLine(t, elines, apiv1.ReasonBuilding)
 	events.Record(ctx, e.NS, "builder", apiv1.Event{Type: apiv1.EventWarning, Reason: apiv1.ReasonFailed, Message: "build failed: boom"})
 	expectLine(t, elines, "build failed: boom")
+	events.Flush()
 	for q, param := range map[string]string{"events?follow=sometimes": "follow", "events?since=never": "since"} {
 		if code, ecode, _ := e.Raw("GET", p+q, e.Token, "", nil); code != 400 || ecode != apiv1.CodeInvalidArgument {
 			t.Errorf("%s: %d %s, want 400 naming %s", q, code, ecode, param)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -541,21 +540,9 @@ func (c *config) codeStore(ctx context.Context) (codestore.Store, error) {
 				}
 			}()
 		}
-		return seekablePuts{s3}, nil
+		return s3, nil
 	}
 	return nil, errors.New("give --code-dir or --s3-bucket")
-}
-
-// seekablePuts hands S3 a seekable body for what is written from memory (fnlog.Save's logs and
-// events come as a *bytes.Buffer): over plain HTTP the SDK cannot checksum a body it cannot
-// rewind, and refuses it. TODO: drop once fnlog.Save passes a bytes.Reader.
-type seekablePuts struct{ codestore.Store }
-
-func (s seekablePuts) Put(ctx context.Context, key string, r io.Reader, size int64) error {
-	if b, ok := r.(*bytes.Buffer); ok {
-		r = bytes.NewReader(b.Bytes())
-	}
-	return s.Store.Put(ctx, key, r, size)
 }
 
 func (c *config) verifier(ctx context.Context, logger *slog.Logger) (*auth.Verifier, error) {
