@@ -410,6 +410,13 @@ func toFunction(f *slessv1.Function) api.Function {
 	if s.Build != nil {
 		st.Build = &apiv1.BuildInfo{DurationMS: s.Build.DurationMS, DepsKey: s.Build.DepsKey, DepsCached: s.Build.DepsCached}
 	}
+	// The Built and Ready conditions, as on the single host (ScaleLimited is scale_limited).
+	for _, c := range s.Conditions {
+		if c.Type == slessv1.FunctionBuilt || c.Type == slessv1.FunctionReady {
+			st.Conditions = append(st.Conditions, apiv1.Condition{Type: c.Type, Status: string(c.Status), Reason: c.Reason,
+				Message: c.Message, LastTransitionTime: c.LastTransitionTime.UTC()})
+		}
+	}
 	return api.Function{Spec: functionSpec(f), Status: st, Generation: f.Generation, ObservedGeneration: s.ObservedGeneration,
 		Deleting: !f.DeletionTimestamp.IsZero()}
 }
