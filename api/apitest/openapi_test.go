@@ -91,6 +91,13 @@ func TestOpenAPICheckReports(t *testing.T) {
 			answer: answer{viaFn: true}},
 		{name: "/fn/'s own 503 after a backend's call", method: "GET", path: "/fn/" + testNS + "/f",
 			answer: answer{backendCall: true, status: 503, body: `{"anything":"the function likes"}`}, want: "does not match"},
+		{name: "a function with its conditions", method: "GET", path: "/v1/namespaces/" + testNS + "/functions/f", token: "t",
+			answer: answer{status: 200, body: strings.Replace(fnJSON, `"replicas":0,`, `"replicas":0,"conditions":[`+
+				`{"type":"Built","status":"True","reason":"Built","message":"m","last_transition_time":"2026-12-01T20:00:00Z"},`+
+				`{"type":"Ready","status":"False","reason":"Starting","last_transition_time":"2026-12-01T20:00:01Z"}],`, 1)}},
+		{name: "a condition of an unknown type", method: "GET", path: "/v1/namespaces/" + testNS + "/functions/f", token: "t",
+			answer: answer{status: 200, body: strings.Replace(fnJSON, `"replicas":0,`, `"replicas":0,"conditions":[`+
+				`{"type":"Happy","status":"True","reason":"Built","last_transition_time":"2026-12-01T20:00:00Z"}],`, 1)}, want: "Happy"},
 		{name: "logs as documented", method: "GET", path: logsPath + "?follow=false&since=5m&tail=2&source=build", token: "t",
 			answer: answer{status: 200, header: ndjson, body: logLine + "\n" + logLine + "\n"}},
 		{name: "logs: no lines", method: "GET", path: logsPath, token: "t", answer: answer{status: 200, header: ndjson}},
