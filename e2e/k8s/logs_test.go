@@ -170,6 +170,14 @@ func TestLogs(t *testing.T) {
 				t.Errorf("events %v lack %s", reasons, want)
 			}
 		}
+		f, err := c.GetFunction(ctx, "logger")
+		if err != nil {
+			t.Fatal(err)
+		}
+		built, ready := apiv1.FindCondition(f.Status.Conditions, apiv1.ConditionBuilt), apiv1.FindCondition(f.Status.Conditions, apiv1.ConditionReady)
+		if built == nil || ready == nil || built.Status != "True" || built.Reason != apiv1.ReasonBuilt || ready.Status != "True" || ready.Reason != apiv1.ReasonReady {
+			t.Errorf("conditions %+v", f.Status.Conditions)
+		}
 	})
 
 	t.Run("bad requests", func(t *testing.T) {
