@@ -54,6 +54,22 @@ type logsQuery struct {
 	source string
 }
 
+// streamParams reads since and follow, which …/logs and …/events share.
+func streamParams(r *http.Request) (since time.Time, follow bool, err error) {
+	v := r.URL.Query()
+	if s := v.Get("since"); s != "" {
+		if since, err = apiv1.ParseSince(s, time.Now()); err != nil {
+			return since, false, invalid("%v", err)
+		}
+	}
+	if f := v.Get("follow"); f != "" {
+		if follow, err = strconv.ParseBool(f); err != nil {
+			return since, false, invalid("follow %q must be true or false", f)
+		}
+	}
+	return since, follow, nil
+}
+
 func parseLogsQuery(r *http.Request) (logsQuery, error) {
 	v := r.URL.Query()
 	q := logsQuery{source: v.Get("source")}
@@ -61,15 +77,8 @@ func parseLogsQuery(r *http.Request) (logsQuery, error) {
 	if q.Tail, err = apiv1.ParseTail(v.Get("tail")); err != nil {
 		return q, invalid("%v", err)
 	}
-	if s := v.Get("since"); s != "" {
-		if q.Since, err = apiv1.ParseSince(s, time.Now()); err != nil {
-			return q, invalid("%v", err)
-		}
-	}
-	if f := v.Get("follow"); f != "" {
-		if q.Follow, err = strconv.ParseBool(f); err != nil {
-			return q, invalid("follow %q must be true or false", f)
-		}
+	if q.Since, q.Follow, err = streamParams(r); err != nil {
+		return q, err
 	}
 	switch q.source {
 	case "":
@@ -139,11 +148,10 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if _, err := s.b.Functions.Get(r.Context(), ns, name); err != nil {
-		writeError(w, r, notFound("function", name, err))
+	ctx, cancel, ok := s.openStream(w, r, ns, name)
+	if !ok {
 		return
 	}
-	ctx, cancel := s.streamContext(r.Context())
 	defer cancel()
 	if q.source == apiv1.LogSourceBuild {
 		s.buildLog(ctx, w, r, ns, name, q)
@@ -285,27 +293,15 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	follow := false
-	if f := r.URL.Query().Get("follow"); f != "" {
-		var err error
-		if follow, err = strconv.ParseBool(f); err != nil {
-			writeError(w, r, invalid("follow %q must be true or false", f))
-			return
-		}
-	}
-	var since time.Time
-	if v := r.URL.Query().Get("since"); v != "" {
-		var err error
-		if since, err = apiv1.ParseSince(v, time.Now()); err != nil {
-			writeError(w, r, invalid("%v", err))
-			return
-		}
-	}
-	if _, err := s.b.Functions.Get(r.Context(), ns, name); err != nil {
-		writeError(w, r, notFound("function", name, err))
+	since, follow, err := streamParams(r)
+	if err != nil {
+		writeError(w, r, err)
 		return
 	}
-	ctx, cancel := s.streamContext(r.Context())
+	ctx, cancel, ok := s.openStream(w, r, ns, name)
+	if !ok {
+		return
+	}
 	defer cancel()
 	evs, err := fnlog.LoadEvents(ctx, s.b.Code, ns, name)
 	if err != nil {
@@ -351,6 +347,17 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// openStream checks that the function exists (404 otherwise, answered) and returns the stream's
+// context (streamContext).
+func (s *Server) openStream(w http.ResponseWriter, r *http.Request, ns, name string) (context.Context, context.CancelFunc, bool) {
+	if _, err := s.b.Functions.Get(r.Context(), ns, name); err != nil {
+		writeError(w, r, notFound("function", name, err))
+		return nil, nil, false
+	}
+	ctx, cancel := s.streamContext(r.Context())
+	return ctx, cancel, true
 }
 
 // streamContext ends with the request or when the server starts draining: a followed stream must
