@@ -292,8 +292,8 @@ func (r *FunctionResource) watchEvents(ctx context.Context, name string) *client
 	return w
 }
 
-// waitServing polls until the function runs code sha (Ready) or failed, or ctx ends, logging each
-// new event (unless events is nil).
+// waitServing polls until the function settles on code sha (client.Settled: Ready, or Failed) or
+// ctx ends, logging each new event (unless events is nil).
 func waitServing(ctx context.Context, c *client.Client, events *client.EventWatch, name, sha string) (*apiv1.Function, error) {
 	for {
 		f, err := c.GetFunction(ctx, name)
@@ -310,7 +310,7 @@ func waitServing(ctx context.Context, c *client.Client, events *client.EventWatc
 					map[string]any{"function": name, "stage": e.Reason, "message": e.Message, "event_type": e.Type})
 			}
 		}
-		if f.Status.CodeSHA256 == sha && (f.Status.Phase == apiv1.PhaseReady || f.Status.Phase == apiv1.PhaseFailed) {
+		if client.Settled(f, sha) {
 			return f, nil
 		}
 		select {

@@ -296,3 +296,20 @@ func (f *Failure) LogText() string {
 	}
 	return b.String()
 }
+
+// Settled reports whether function f has settled on code sha: Failed, or Ready with its Ready
+// condition, where the platform reports one, True (a Ready phase can still be the previous
+// version's while the new one starts).
+func Settled(f *apiv1.Function, sha string) bool {
+	if f.Status.CodeSHA256 != sha {
+		return false
+	}
+	switch f.Status.Phase {
+	case apiv1.PhaseFailed:
+		return true
+	case apiv1.PhaseReady:
+		c := apiv1.FindCondition(f.Status.Conditions, apiv1.ConditionReady)
+		return c == nil || c.Status == "True"
+	}
+	return false
+}

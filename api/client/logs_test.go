@@ -319,3 +319,24 @@ func TestExplainFailure(t *testing.T) {
 		t.Errorf("nothing to read %+v: %s", fl, fl.String())
 	}
 }
+
+func TestSettled(t *testing.T) {
+	ready := func(conds ...apiv1.Condition) *apiv1.Function {
+		return &apiv1.Function{Status: apiv1.FunctionStatus{Phase: apiv1.PhaseReady, CodeSHA256: "a", Conditions: conds}}
+	}
+	for _, tc := range []struct {
+		f    *apiv1.Function
+		want bool
+	}{
+		{ready(), true},
+		{ready(apiv1.Condition{Type: apiv1.ConditionReady, Status: "True"}), true},
+		{ready(apiv1.Condition{Type: apiv1.ConditionBuilt, Status: "True"}, apiv1.Condition{Type: apiv1.ConditionReady, Status: "False"}), false},
+		{&apiv1.Function{Status: apiv1.FunctionStatus{Phase: apiv1.PhaseFailed, CodeSHA256: "a"}}, true},
+		{&apiv1.Function{Status: apiv1.FunctionStatus{Phase: apiv1.PhaseBuilding, CodeSHA256: "a"}}, false},
+		{&apiv1.Function{Status: apiv1.FunctionStatus{Phase: apiv1.PhaseReady, CodeSHA256: "b"}}, false},
+	} {
+		if got := Settled(tc.f, "a"); got != tc.want {
+			t.Errorf("%+v: %v", tc.f.Status, got)
+		}
+	}
+}

@@ -193,7 +193,7 @@ func deploy(cmd *cobra.Command, dir string, f deployFlags) error {
 	return nil
 }
 
-// follow polls the function until it runs code sha (Ready) or failed, printing on w each new
+// follow polls the function until it runs code sha (client.Settled: Ready) or failed, printing on w each new
 // event (the stages) or, until the first event comes (none if events is nil), each change of
 // phase or message.
 func follow(ctx context.Context, c *client.Client, events *client.EventWatch, name, sha string, timeout time.Duration, w io.Writer) (*apiv1.Function, error) {
@@ -230,7 +230,7 @@ func follow(ctx context.Context, c *client.Client, events *client.EventWatch, na
 			fmt.Fprintf(w, "[%5.1fs] %s\n", time.Since(start).Seconds(), now)
 		}
 		last = now
-		if f.Status.CodeSHA256 == sha && (f.Status.Phase == apiv1.PhaseReady || f.Status.Phase == apiv1.PhaseFailed) {
+		if client.Settled(f, sha) {
 			return f, nil
 		}
 		select {
