@@ -193,9 +193,9 @@ func deploy(cmd *cobra.Command, dir string, f deployFlags) error {
 	return nil
 }
 
-// follow polls the function until it runs code sha (client.Settled: Ready) or failed, printing on w each new
-// event (the stages) or, until the first event comes (none if events is nil), each change of
-// phase or message.
+// follow polls the function until it settles on code sha (client.Settled: Ready, or Failed),
+// printing on w each new event (the stages) or, until the first event comes (none if events is
+// nil), each change of phase or message.
 func follow(ctx context.Context, c *client.Client, events *client.EventWatch, name, sha string, timeout time.Duration, w io.Writer) (*apiv1.Function, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
