@@ -323,7 +323,12 @@ func (s *Store[S, St]) UpdateStatus(ns, name string, observed int64, fn func(*St
 		if err != nil {
 			return err
 		}
-		before := r
+		// Decoded apart: fn may change what the status's slices and maps hold in place (a
+		// condition), which a copy of r would share.
+		before, err := decode[S, St](key(ns, name), v)
+		if err != nil {
+			return err
+		}
 		fn(&r.Status)
 		r.ObservedGeneration = max(r.ObservedGeneration, observed)
 		if reflect.DeepEqual(before, r) {

@@ -287,3 +287,36 @@ func TestNamespaceDeleteRacesCreate(t *testing.T) {
 	}
 	t.Logf("outcomes: %v", outcomes)
 }
+
+// A status change that only edits a slice in place (a condition's status) is written: the
+// "nothing changed" check must not compare the status with itself.
+func TestStatusConditionChangeIsWritten(t *testing.T) {
+	db, err := state.Open(filepath.Join(t.TempDir(), "state.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	db.Namespaces.Ensure(ctx, "ns")
+	o, err := db.Functions.Create(ctx, "ns", api.FunctionSpec{Name: "f", Runtime: "python3.11"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(status, reason string) {
+		t.Helper()
+		if err := db.Functions.UpdateStatus("ns", "f", o.Generation, func(s *apiv1.FunctionStatus) {
+			apiv1.SetCondition(&s.Conditions, apiv1.Condition{Type: apiv1.ConditionReady, Status: status, Reason: reason})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("False", apiv1.ReasonStarting)
+	set("True", apiv1.ReasonReady)
+	got, err := db.Functions.Get(ctx, "ns", "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := apiv1.FindCondition(got.Status.Conditions, apiv1.ConditionReady); c == nil || c.Status != "True" || c.Reason != apiv1.ReasonReady {
+		t.Errorf("Ready condition %+v, want True/Ready", c)
+	}
+}
