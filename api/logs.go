@@ -166,18 +166,29 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	out := newNDJSON(w)
 	if !q.Follow {
-		// The last Tail lines of all instances together: each instance's last Tail, merged by time.
+		// The last Tail lines of all instances together: each instance's last Tail, merged by
+		// time, trimmed after each instance to Tail lines and maxLogAnswer bytes.
 		var all []apiv1.LogLine
+		var errs []error
 		for _, in := range insts {
-			s.b.Logs.ReadLog(ctx, ns, name, in, q.LogQuery, func(l apiv1.LogLine) error {
-				all = append(all, l)
+			var mine []apiv1.LogLine
+			if err := s.b.Logs.ReadLog(ctx, ns, name, in, q.LogQuery, func(l apiv1.LogLine) error {
+				mine = append(mine, l)
 				return nil
-			})
+			}); err != nil {
+				errs = append(errs, err)
+			}
+			all = mergeTail(all, mine, q.Tail)
 		}
-		slices.SortStableFunc(all, func(a, b apiv1.LogLine) int { return a.Time.Compare(b.Time) })
-		for _, l := range fnlog.Select(all, time.Time{}, q.Tail) {
+		if len(insts) > 0 && len(errs) == len(insts) {
+			// Every read failed (the kubelet, the store): not an empty log.
+			s.o.logger.Warn("reading instance logs", "namespace", ns, "function", name, "error", errs[0])
+			writeError(w, r, apiv1.Errorf(apiv1.CodeUpstreamError, "the instances' logs could not be read now; try again"))
+			return
+		}
+		out := newNDJSON(w)
+		for _, l := range all {
 			if out.write(l) != nil {
 				return
 			}
@@ -185,7 +196,52 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		out.flush()
 		return
 	}
-	s.followLogs(ctx, out, ns, name, insts, q.LogQuery)
+	release, ok := s.followSlot(ns)
+	if !ok {
+		w.Header().Set("Retry-After", "10")
+		writeError(w, r, apiv1.Errorf(apiv1.CodeThrottled, "this namespace follows %d logs or event streams already; close one", maxFollowers))
+		return
+	}
+	defer release()
+	s.followLogs(ctx, newNDJSON(w), ns, name, insts, q.LogQuery)
+}
+
+// maxLogAnswer bounds the lines one GET …/logs holds in memory (and answers) without follow.
+const maxLogAnswer = 16 << 20
+
+// mergeTail merges more into lines by time and keeps the last tail (≥ 0; < 0: all) of them, at
+// most maxLogAnswer bytes.
+func mergeTail(lines, more []apiv1.LogLine, tail int) []apiv1.LogLine {
+	lines = append(lines, more...)
+	slices.SortStableFunc(lines, func(a, b apiv1.LogLine) int { return a.Time.Compare(b.Time) })
+	lines = fnlog.Select(lines, time.Time{}, tail)
+	size, i := 0, len(lines)
+	for i > 0 && size+len(lines[i-1].Line) <= maxLogAnswer {
+		size += len(lines[i-1].Line)
+		i--
+	}
+	return lines[i:]
+}
+
+// maxFollowers bounds the followed streams (logs and events) one namespace has open on one API
+// replica: each costs a look for instances every second.
+const maxFollowers = 16
+
+// followSlot takes one of ns's followed streams, or answers false when all are taken.
+func (s *Server) followSlot(ns string) (release func(), ok bool) {
+	s.followMu.Lock()
+	defer s.followMu.Unlock()
+	if s.followers[ns] >= maxFollowers {
+		return nil, false
+	}
+	s.followers[ns]++
+	return func() {
+		s.followMu.Lock()
+		defer s.followMu.Unlock()
+		if s.followers[ns]--; s.followers[ns] <= 0 {
+			delete(s.followers, ns)
+		}
+	}, true
 }
 
 // followLogs streams every instance's lines as they come (the last Tail of each first), and those
@@ -195,11 +251,19 @@ func (s *Server) followLogs(ctx context.Context, out *ndjsonWriter, ns, name str
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// seen: instances followed or read; a follow that failed is forgotten, to be tried again.
+	var mu sync.Mutex
 	seen := map[string]bool{}
 	follow := func(in LogInstance, q LogQuery) {
+		mu.Lock()
 		seen[in.ID] = true
+		mu.Unlock()
 		if in.Stopped {
-			return // its lines were in the snapshot, or it stopped before the stream began
+			// Stopped before the stream began, or between two looks (a crash): its lines once.
+			if q.Tail != 0 {
+				s.b.Logs.ReadLog(ctx, ns, name, in, LogQuery{Since: q.Since, Tail: q.Tail}, out.line)
+			}
+			return
 		}
 		wg.Go(func() {
 			err := s.b.Logs.ReadLog(ctx, ns, name, in, q, out.line)
@@ -207,15 +271,15 @@ func (s *Server) followLogs(ctx context.Context, out *ndjsonWriter, ns, name str
 				var we interface{ Timeout() bool }
 				if errors.As(err, &we) || errors.Is(err, http.ErrHandlerTimeout) {
 					cancel() // the client stopped reading
+					return
 				}
+				mu.Lock()
+				delete(seen, in.ID)
+				mu.Unlock()
 			}
 		})
 	}
-	// Stopped instances' kept lines once; running ones followed.
 	for _, in := range insts {
-		if in.Stopped && q.Tail != 0 {
-			s.b.Logs.ReadLog(ctx, ns, name, in, LogQuery{Since: q.Since, Tail: q.Tail}, out.line)
-		}
 		follow(in, q)
 	}
 	out.flush()
@@ -232,7 +296,10 @@ func (s *Server) followLogs(ctx context.Context, out *ndjsonWriter, ns, name str
 			continue
 		}
 		for _, in := range now {
-			if !seen[in.ID] {
+			mu.Lock()
+			known := seen[in.ID]
+			mu.Unlock()
+			if !known {
 				follow(in, LogQuery{Since: q.Since, Tail: -1, Follow: true})
 			}
 		}
@@ -308,17 +375,38 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	if follow {
+		release, ok := s.followSlot(ns)
+		if !ok {
+			w.Header().Set("Retry-After", "10")
+			writeError(w, r, apiv1.Errorf(apiv1.CodeThrottled, "this namespace follows %d logs or event streams already; close one", maxFollowers))
+			return
+		}
+		defer release()
+	}
 	out := newNDJSON(w)
-	var last time.Time
+	// last is the last event sent: the next look sends what follows it in the log (found by
+	// value, the log being trimmed at its front), or all of it when it is gone.
+	var last *apiv1.Event
 	send := func(evs []apiv1.Event) bool {
-		for _, e := range evs {
-			if e.Time.Before(since) || (!last.IsZero() && !e.Time.After(last)) {
+		from := 0
+		if last != nil {
+			for i := len(evs) - 1; i >= 0; i-- {
+				if evs[i] == *last {
+					from = i + 1
+					break
+				}
+			}
+		}
+		for i := from; i < len(evs); i++ {
+			e := evs[i]
+			last = &e
+			if e.Time.Before(since) {
 				continue
 			}
 			if out.write(e) != nil {
 				return false
 			}
-			last = e.Time
 		}
 		return true
 	}
@@ -328,12 +416,6 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	out.flush()
 	if !follow {
 		return
-	}
-	if last.IsZero() {
-		last = time.Now().Add(-time.Millisecond) // only what comes now
-		if since.After(last) {
-			last = since
-		}
 	}
 	t := time.NewTicker(logPoll)
 	defer t.Stop()

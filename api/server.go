@@ -128,6 +128,9 @@ type Server struct {
 	// drained is closed by Drain: followed log and event streams end.
 	drained   chan struct{}
 	drainOnce sync.Once
+	// followers counts each namespace's followed log and event streams (followSlot).
+	followMu  sync.Mutex
+	followers map[string]int
 }
 
 // New makes the API on a backend.
@@ -167,7 +170,7 @@ func New(b Backend, opts ...Option) (*Server, error) {
 		}
 	}
 	s := &Server{o: o, b: b, metrics: newMetrics(o.buildMetrics), view: b.Serving, uploads: newTenantLimits(o.uploadRate, o.uploadBurst),
-		drained: make(chan struct{})}
+		drained: make(chan struct{}), followers: map[string]int{}}
 	if s.view == nil {
 		s.view = &ServingView{Functions: b.Functions, Triggers: b.Triggers}
 	}

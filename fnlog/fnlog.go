@@ -23,8 +23,12 @@ func BuildKey(ns, name string) string { return codestore.Prefix(ns, name) + "log
 // EventsKey is where a function's events are kept.
 func EventsKey(ns, name string) string { return codestore.Prefix(ns, name) + "logs/events.ndjson" }
 
-// StoppedPrefix holds the logs of a function's stopped instances, one object per instance.
-func StoppedPrefix(ns, name string) string { return codestore.Prefix(ns, name) + "logs/stopped/" }
+// StoppedPrefix holds the logs of a function's stopped instances, one object per instance. They
+// live apart from the code (stoppedRoot): collecting them lists only them, and those of a deleted
+// function go within KeepStopped all the same.
+func StoppedPrefix(ns, name string) string { return stoppedRoot + ns + "/" + name + "/" }
+
+const stoppedRoot = "logs/stopped/"
 
 // StoppedKey is where the log of stopped instance inst is kept.
 func StoppedKey(ns, name, inst string) string { return StoppedPrefix(ns, name) + inst + ".ndjson" }
@@ -35,8 +39,12 @@ const KeepStopped = time.Hour
 // MaxEvents is how many events of a function are kept (the oldest go first).
 const MaxEvents = 200
 
-// MaxLines bounds a log kept in the code store (a build's, a stopped instance's): the last lines.
-const MaxLines = apiv1.MaxLogTail
+// MaxLines and MaxBytes bound a log kept in the code store (a build's, a stopped instance's): the
+// last lines.
+const (
+	MaxLines = apiv1.MaxLogTail
+	MaxBytes = 4 << 20
+)
 
 // Clip cuts s to apiv1.MaxLogLine bytes (on a rune boundary) and makes it valid UTF-8.
 func Clip(s string) string {
@@ -77,20 +85,24 @@ func Encode[T any](w io.Writer, items []T) error {
 	return nil
 }
 
-// Decode reads NDJSON; a line that does not parse ends the reading with an error.
+// maxEncodedLine bounds one stored NDJSON line: a clipped line of control bytes encodes each as
+// \u00XX, six bytes.
+const maxEncodedLine = 6*apiv1.MaxLogLine + 4<<10
+
+// Decode reads NDJSON. A line that does not parse is skipped (one damaged line costs that line,
+// not the log); only the reader's own failure is an error.
 func Decode[T any](r io.Reader) ([]T, error) {
 	var out []T
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 4*apiv1.MaxLogLine)
+	sc.Buffer(make([]byte, 64<<10), maxEncodedLine)
 	for sc.Scan() {
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
 		var it T
-		if err := json.Unmarshal(sc.Bytes(), &it); err != nil {
-			return out, fmt.Errorf("fnlog: a stored line does not parse: %w", err)
+		if json.Unmarshal(sc.Bytes(), &it) == nil {
+			out = append(out, it)
 		}
-		out = append(out, it)
 	}
 	return out, sc.Err()
 }
@@ -126,6 +138,7 @@ type Log struct {
 
 	mu      sync.Mutex
 	lines   []apiv1.LogLine
+	bytes   int    // of the lines' text
 	partial []byte // Write's unfinished line
 }
 
@@ -177,9 +190,16 @@ func (l *Log) Lines() []apiv1.LogLine {
 }
 
 func (l *Log) add(line string) {
-	l.lines = append(l.lines, apiv1.LogLine{Time: l.now().UTC(), Instance: l.instance, Stream: l.stream, Line: Clip(line)})
-	if len(l.lines) > MaxLines {
-		l.lines = append(l.lines[:0], l.lines[len(l.lines)-MaxLines:]...)
+	line = Clip(line)
+	l.lines = append(l.lines, apiv1.LogLine{Time: l.now().UTC(), Instance: l.instance, Stream: l.stream, Line: line})
+	l.bytes += len(line)
+	drop := 0
+	for len(l.lines)-drop > MaxLines || l.bytes > MaxBytes && len(l.lines)-drop > 1 {
+		l.bytes -= len(l.lines[drop].Line)
+		drop++
+	}
+	if drop > 0 {
+		l.lines = append(l.lines[:0], l.lines[drop:]...)
 	}
 }
 
@@ -212,9 +232,6 @@ func (e *Events) Record(_ context.Context, ns, name string, ev apiv1.Event) erro
 	if e == nil {
 		return nil
 	}
-	if ev.Time.IsZero() {
-		ev.Time = time.Now().UTC()
-	}
 	if ev.Type == "" {
 		ev.Type = apiv1.EventNormal
 	}
@@ -222,6 +239,9 @@ func (e *Events) Record(_ context.Context, ns, name string, ev apiv1.Event) erro
 	key := EventsKey(ns, name)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC() // under the lock: a log's events are in time order
+	}
 	if _, ok := e.queue[key]; !ok {
 		e.order = append(e.order, key)
 	}
@@ -266,12 +286,12 @@ func (e *Events) write() {
 	}
 }
 
-// append adds evs to the log under key. A store that fails loses these events, not the lifecycle:
-// they are the author's view, the status is the platform's record.
+// append adds evs to the log under key. A store that fails loses these events (not the history
+// before them, nor the lifecycle: they are the author's view, the status is the platform's record).
 func (e *Events) append(ctx context.Context, key string, evs []apiv1.Event) error {
 	old, err := Load[apiv1.Event](ctx, e.store, key)
 	if err != nil {
-		old = nil // a damaged log starts over
+		return err
 	}
 	for _, ev := range evs {
 		if n := len(old); n > 0 && old[n-1].Reason == ev.Reason && old[n-1].Message == ev.Message && old[n-1].CodeSHA256 == ev.CodeSHA256 {
@@ -291,21 +311,23 @@ func LoadEvents(ctx context.Context, store codestore.Store, ns, name string) ([]
 }
 
 // CollectStopped deletes the stopped instances' logs older than KeepStopped, of every function in
-// the store. It returns how many went.
+// the store. It returns how many went; a failed delete is tried again on the next call.
 func CollectStopped(ctx context.Context, store codestore.Store, now time.Time) (int, error) {
-	objs, err := store.List(ctx, "code/")
+	objs, err := store.List(ctx, stoppedRoot)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
+	var errs []error
 	for _, o := range objs {
-		if !strings.Contains(o.Key, "/logs/stopped/") || now.Sub(o.Modified) < KeepStopped {
+		if now.Sub(o.Modified) < KeepStopped {
 			continue
 		}
 		if err := store.Delete(ctx, o.Key); err != nil {
-			return n, err
+			errs = append(errs, err)
+			continue
 		}
 		n++
 	}
-	return n, nil
+	return n, errors.Join(errs...)
 }

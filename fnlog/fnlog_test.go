@@ -2,6 +2,8 @@ package fnlog_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +36,21 @@ func TestLogLines(t *testing.T) {
 	}
 	if n := len(got[4].Line); n > apiv1.MaxLogLine+len("…") {
 		t.Errorf("a long line kept at %d bytes", n)
+	}
+	// A line of control bytes encodes six times its size: it must load back, as a damaged line
+	// must not cost the rest.
+	ctx := context.Background()
+	store, _ := codestore.NewDir(t.TempDir())
+	ctl := fnlog.NewLog("build", apiv1.StreamBuild)
+	ctl.Printf("%s", strings.Repeat("\x01", 20000))
+	ctl.Printf("after")
+	fnlog.Save(ctx, store, "k/log", ctl.Lines())
+	if back, err := fnlog.Load[apiv1.LogLine](ctx, store, "k/log"); err != nil || len(back) != 2 || back[1].Line != "after" {
+		t.Errorf("a line of control bytes: %d lines back, %v", len(back), err)
+	}
+	store.Put(ctx, "k/bad", strings.NewReader("{\"line\":\"ok\"}\nnot json\n{\"line\":\"ok2\"}\n"), -1)
+	if back, err := fnlog.Load[apiv1.LogLine](ctx, store, "k/bad"); err != nil || len(back) != 2 {
+		t.Errorf("a damaged line: %+v %v", back, err)
 	}
 	big := fnlog.NewLog("build", apiv1.StreamBuild)
 	for i := range fnlog.MaxLines + 10 {
@@ -111,4 +128,45 @@ func TestEventsAndCollect(t *testing.T) {
 	if ls, err := fnlog.Load[apiv1.LogLine](ctx, store, fnlog.StoppedKey("ns", "fn", "pod-1")); err != nil || ls != nil {
 		t.Errorf("after collection: %v %v", ls, err)
 	}
+}
+
+// A store that fails for a moment loses the events of that moment, not the history.
+func TestEventsSurviveAStoreFailure(t *testing.T) {
+	ctx := context.Background()
+	dir, err := codestore.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky := &failingGets{Store: dir}
+	ev := fnlog.NewEvents(flaky)
+	for _, r := range []string{apiv1.ReasonStored, apiv1.ReasonBuilding, apiv1.ReasonPushing} {
+		ev.Record(ctx, "ns", "fn", apiv1.Event{Reason: r})
+		ev.Flush()
+	}
+	flaky.fail = true
+	ev.Record(ctx, "ns", "fn", apiv1.Event{Reason: apiv1.ReasonBuilt})
+	ev.Flush()
+	flaky.fail = false
+	ev.Record(ctx, "ns", "fn", apiv1.Event{Reason: apiv1.ReasonStarting})
+	ev.Flush()
+	evs, _ := fnlog.LoadEvents(ctx, dir, "ns", "fn")
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.Reason)
+	}
+	if strings.Join(got, ",") != "Stored,Building,Pushing,Starting" {
+		t.Errorf("events after a failed read: %v", got)
+	}
+}
+
+type failingGets struct {
+	codestore.Store
+	fail bool
+}
+
+func (f *failingGets) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if f.fail {
+		return nil, errors.New("503 Service Unavailable")
+	}
+	return f.Store.Get(ctx, key)
 }
