@@ -231,6 +231,29 @@ func testLogs(t *testing.T, bk Backend) {
 	if code, _, _ := e.Raw("GET", p, "", "", nil); code != 401 {
 		t.Errorf("no token: %d", code)
 	}
+
+	// Each followed stream costs a look every second: a namespace has 16 at once on a replica.
+	ctx, cancel := context.WithCancel(context.Background())
+	var streams []<-chan string
+	for i := range 16 {
+		path := p + "?follow=true&tail=0"
+		if i%2 == 1 {
+			path = "/v1/namespaces/" + e.NS + "/functions/talker/events?follow=true"
+		}
+		streams = append(streams, stream(t, ctx, e, path))
+	}
+	code, ecode, _ := e.Raw("GET", p+"?follow=true", e.Token, "", nil)
+	if code != http.StatusTooManyRequests || ecode != apiv1.CodeThrottled {
+		t.Errorf("a 17th followed stream: %d %s, want 429 throttled", code, ecode)
+	}
+	if code, _, _ := other.Raw("GET", "/v1/namespaces/"+other.NS+"/functions/nobody/logs?follow=true", other.Token, "", nil); code != 404 {
+		t.Errorf("another namespace is not limited by this one's streams: %d", code)
+	}
+	cancel()
+	for _, s := range streams {
+		for range s {
+		}
+	}
 }
 
 // follow=true streams the running instances' new lines and those of instances that start
