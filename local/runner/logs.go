@@ -49,6 +49,7 @@ type logFile struct {
 	id, container string
 	created       int64
 	mod           time.Time
+	size          int64
 }
 
 func (r *Runner) logFiles(ns, name string) ([]logFile, error) {
@@ -71,7 +72,7 @@ func (r *Runner) logFiles(ns, name string) ([]logFile, error) {
 		if err != nil || ierr != nil {
 			continue
 		}
-		out = append(out, logFile{id: id, container: id[:i], created: created, mod: info.ModTime()})
+		out = append(out, logFile{id: id, container: id[:i], created: created, mod: info.ModTime(), size: info.Size()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].created < out[j].created })
 	return out, nil
@@ -108,8 +109,8 @@ func (r *Runner) LogInstances(_ context.Context, ns, name string) ([]api.LogInst
 	var out []api.LogInstance
 	for _, f := range files {
 		running := live[f.container] && newest[f.container] == f.id
-		if !running && time.Since(f.mod) > fnlog.KeepStopped {
-			continue
+		if !running && (time.Since(f.mod) > fnlog.KeepStopped || f.size == 0) {
+			continue // gone an hour ago, or never started (a spare's file, made at its create)
 		}
 		out = append(out, api.LogInstance{ID: f.id, Stopped: !running})
 	}
@@ -157,6 +158,9 @@ func (r *Runner) ReadLog(ctx context.Context, ns, name string, inst api.LogInsta
 	br := bufio.NewReaderSize(f, 64<<10)
 	if err := p.read(br, collect); err != nil {
 		return err
+	}
+	if inst.Stopped {
+		p.flush(collect) // a last line the container never finished
 	}
 	for _, l := range fnlog.Select(lines, time.Time{}, q.Tail) {
 		if err := emit(l); err != nil {
@@ -310,9 +314,26 @@ func (r *Runner) CollectLogs() {
 					os.Remove(filepath.Join(dir, f.Name()))
 				}
 			}
-			os.Remove(dir) // only when empty
 		}
-		os.Remove(filepath.Join(root, n.Name()))
+	}
+	// The directories stay: one removed while a container is being created would fail its start
+	// (ForgetLogs removes a deleted function's).
+}
+
+// stoppedLog marks the newest log file of container name as stopped now: the hour it stays
+// readable counts from its stop, not from its last line.
+func (r *Runner) stoppedLog(name string) {
+	files, _ := filepath.Glob(filepath.Join(r.dataDir, "logs", "*", "*", name+".*.log"))
+	newest, at := "", int64(-1)
+	for _, f := range files {
+		id := strings.TrimSuffix(filepath.Base(f), ".log")
+		if created, err := strconv.ParseInt(id[strings.LastIndexByte(id, '.')+1:], 10, 64); err == nil && created > at {
+			newest, at = f, created
+		}
+	}
+	if newest != "" {
+		now := time.Now()
+		os.Chtimes(newest, now, now)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -156,7 +155,29 @@ func TestReadLogFollows(t *testing.T) {
 		t.Errorf("a log stopped two hours ago is listed: %+v", insts)
 	}
 	r.CollectLogs()
-	if _, err := os.Stat(filepath.Dir(path)); !os.IsNotExist(err) {
-		t.Errorf("the function's log directory is still there: %v", err)
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("a log stopped two hours ago is still there: %v", err)
+	}
+}
+
+// A stopped container's log: its unfinished last line is read too, its hour counts from its
+// removal, and a spare's file (never started, empty) is no instance.
+func TestStoppedLog(t *testing.T) {
+	r := &Runner{dataDir: t.TempDir(), pools: map[string]*pool{}}
+	flags, _ := r.logFlags("ns", "fn", "c-1")
+	path := strings.TrimPrefix(flags[3], "path=")
+	writeLog(t, path, "2026-12-01T10:00:00Z stdout F first", "2026-12-01T10:00:01Z stderr P fatal: no newline")
+	spare, _ := r.logFlags("ns", "fn", "c-2")
+	os.WriteFile(strings.TrimPrefix(spare[3], "path="), nil, 0o600)
+	old := time.Now().Add(-3 * time.Hour)
+	os.Chtimes(path, old, old) // quiet for hours before it was stopped
+	r.stoppedLog("c-1")
+	insts, _ := r.LogInstances(context.Background(), "ns", "fn")
+	if len(insts) != 1 || !insts[0].Stopped {
+		t.Fatalf("instances %+v: want the stopped c-1 only (its hour counts from its stop; the spare is none)", insts)
+	}
+	lines := readAll(t, r, insts[0], api.LogQuery{Tail: -1})
+	if len(lines) != 2 || lines[1].Line != "fatal: no newline" || lines[1].Stream != "stderr" {
+		t.Errorf("lines %+v", lines)
 	}
 }

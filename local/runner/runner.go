@@ -545,6 +545,7 @@ func (r *Runner) marked(name string) {
 func (r *Runner) clear(ctx context.Context, name string, grace int) error {
 	err := r.pm.Remove(ctx, name, grace)
 	os.RemoveAll(r.envDir(name))
+	r.stoppedLog(name)
 	return err
 }
 
