@@ -51,6 +51,10 @@ type LogKeeper struct {
 	pods  map[types.UID]*keptPod
 	wg    sync.WaitGroup
 	slots chan struct{}
+	// tenants counts each namespace's followed pods: one tenant whose pods ignore SIGTERM for
+	// their whole grace period holds a quarter of the slots at most, not all of them.
+	tenants map[string]int
+	freed   *sync.Cond // on mu: a namespace's count went down
 }
 
 // keptPod is a pod the keeper has taken on: being followed, or done while the pod still exists
@@ -62,6 +66,8 @@ type keptPod struct{ running, deleted bool }
 func (k *LogKeeper) Start(ctx context.Context) error {
 	k.pods = map[types.UID]*keptPod{}
 	k.slots = make(chan struct{}, cmp.Or(k.MaxConcurrent, 16))
+	k.tenants = map[string]int{}
+	k.freed = sync.NewCond(&k.mu)
 	inf, err := k.Informers.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
 		return err
@@ -144,6 +150,10 @@ func (k *LogKeeper) gone(obj any) {
 
 // keep follows one pod's log, holding its last lines, and saves them when it ends.
 func (k *LogKeeper) keep(ctx context.Context, ns, fn, pod string) {
+	if !k.takeTenant(ctx, ns) {
+		return
+	}
+	defer k.releaseTenant(ns)
 	select {
 	case k.slots <- struct{}{}:
 		defer func() { <-k.slots }()
@@ -192,3 +202,33 @@ func (t *tailBuffer) add(l apiv1.LogLine) {
 }
 
 func (t *tailBuffer) lines() []apiv1.LogLine { return t.buf }
+
+// takeTenant waits until ns follows fewer than a quarter of the slots (2 at least), and counts one more; false
+// when ctx ended first.
+func (k *LogKeeper) takeTenant(ctx context.Context, ns string) bool {
+	stop := context.AfterFunc(ctx, func() {
+		k.mu.Lock()
+		k.freed.Broadcast()
+		k.mu.Unlock()
+	})
+	defer stop()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for k.tenants[ns] >= max(2, cap(k.slots)/4) {
+		if ctx.Err() != nil {
+			return false
+		}
+		k.freed.Wait()
+	}
+	k.tenants[ns]++
+	return true
+}
+
+func (k *LogKeeper) releaseTenant(ns string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.tenants[ns]--; k.tenants[ns] <= 0 {
+		delete(k.tenants, ns)
+	}
+	k.freed.Broadcast()
+}
