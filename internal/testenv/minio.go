@@ -1,11 +1,13 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -185,5 +187,36 @@ func (m *MinIOServer) signal(s syscall.Signal) error {
 	if m.cmd == nil {
 		return errors.New("minio is not running")
 	}
-	return m.cmd.Process.Signal(s)
+	if err := m.cmd.Process.Signal(s); err != nil || s != syscall.SIGSTOP {
+		return err
+	}
+	// kill(2) only queues SIGSTOP: a thread already serving a request may answer it before it
+	// stops. Paused means every thread is stopped.
+	pid := m.cmd.Process.Pid
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if allStopped(pid) {
+			return nil
+		}
+	}
+	return fmt.Errorf("minio (pid %d) did not stop within 5 s of SIGSTOP", pid)
+}
+
+// allStopped reports whether every thread of process pid is stopped ("T" in /proc/…/stat).
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err != nil {
+			return false
+		}
+		// "pid (comm) S …": the state follows the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
