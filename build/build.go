@@ -200,6 +200,16 @@ func (p *Pipeline) Build(ctx context.Context, req Request) (res *Result, err err
 		slices.Sort(names)
 		key, _ := deps.Key(spec)
 		blog.Printf("dependencies: %s, key %s", strings.Join(names, ", "), short(key))
+		installing := false
+		spec.Installing = func() {
+			// The install may take minutes: its stage is reported, and the log saved, as it begins.
+			installing = true
+			blog.Printf("dependency layer %s: cache miss, installing", short(key))
+			event(apiv1.EventNormal, apiv1.ReasonInstallingDependencies, "installing the dependencies (key %s)", short(key))
+			sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer scancel()
+			fnlog.Save(sctx, p.code, fnlog.BuildKey(req.Namespace, req.Function), blog.Lines())
+		}
 		depStart := time.Now()
 		dr, err := d.Layer(ctx, spec, rt.DepsDir)
 		if err != nil {
@@ -208,9 +218,12 @@ func (p *Pipeline) Build(ctx context.Context, req Request) (res *Result, err err
 			}
 			return nil, err
 		}
-		if dr.Cached {
+		switch {
+		case dr.Cached:
 			blog.Printf("dependency layer %s: cache hit, no install", short(dr.Key))
-		} else {
+		case installing:
+			blog.Printf("dependency layer %s: installed in %v", short(dr.Key), time.Since(depStart).Round(time.Millisecond))
+		default: // made elsewhere (a Job) or by a concurrent build of the same key
 			blog.Printf("dependency layer %s: cache miss, installed in %v", short(dr.Key), time.Since(depStart).Round(time.Millisecond))
 			event(apiv1.EventNormal, apiv1.ReasonInstallingDependencies, "installed the dependencies (key %s) in %d ms", short(dr.Key), time.Since(depStart).Milliseconds())
 		}

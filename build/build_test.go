@@ -178,11 +178,14 @@ func (f *fixture) results() []string {
 	return append([]string(nil), f.observed...)
 }
 
-// fakeDeps hands out a fixed layer or error and counts calls.
+// fakeDeps hands out a fixed layer or error and counts calls; with install it "installs" (a miss),
+// and during the install reads what the build log says so far (seen).
 type fakeDeps struct {
-	layer v1.Layer
-	err   error
-	calls int
+	layer   v1.Layer
+	err     error
+	calls   int
+	install func() []apiv1.LogLine
+	seen    []apiv1.LogLine
 }
 
 func (d *fakeDeps) Layer(_ context.Context, s deps.Spec, dir string) (deps.Result, error) {
@@ -190,7 +193,12 @@ func (d *fakeDeps) Layer(_ context.Context, s deps.Spec, dir string) (deps.Resul
 	if d.err != nil {
 		return deps.Result{}, d.err
 	}
-	return deps.Result{Layer: d.layer, Key: "k-" + s.Runtime + dir, Cached: true}, nil
+	if d.install != nil {
+		s.Installing()
+		d.seen = d.install()
+		fmt.Fprintln(s.Log, "Successfully installed six-1.16.0")
+	}
+	return deps.Result{Layer: d.layer, Key: "k-" + s.Runtime + dir, Cached: d.install == nil}, nil
 }
 
 func TestBuild(t *testing.T) {
@@ -212,6 +220,8 @@ func TestBuild(t *testing.T) {
 	}{
 		{name: "code only", files: handler, layers: 1, outcome: "succeeded"},
 		{name: "with dependencies", files: withReqs, deps: &fakeDeps{layer: depsLayer}, layers: 2, outcome: "succeeded"},
+		{name: "dependencies installed", files: withReqs, deps: &fakeDeps{layer: depsLayer, install: func() []apiv1.LogLine { return nil }},
+			layers: 2, outcome: "succeeded"},
 		{name: "dependencies pending", files: withReqs, deps: &fakeDeps{err: &build.PendingError{Reason: "Job x"}},
 			check: func(t *testing.T, err error) {
 				if !build.IsPending(err) || build.IsUserError(err) {
@@ -257,8 +267,20 @@ func TestBuild(t *testing.T) {
 			}
 			if tc.deps != nil {
 				req.Deps = tc.deps
+				if tc.deps.install != nil {
+					tc.deps.install = func() []apiv1.LogLine {
+						l, _ := fnlog.Load[apiv1.LogLine](ctx, f.code, fnlog.BuildKey(req.Namespace, req.Function))
+						return l
+					}
+				}
 			}
 			res, err := f.pipeline.Build(ctx, req)
+			if d := tc.deps; d != nil && d.install != nil {
+				// The log is readable while the install runs, saying so.
+				if n := len(d.seen); n == 0 || !strings.Contains(d.seen[n-1].Line, "cache miss, installing") {
+					t.Errorf("the build log during the install: %+v", d.seen)
+				}
+			}
 			if tc.check != nil {
 				tc.check(t, err)
 			} else if err != nil {
@@ -289,11 +311,15 @@ func TestBuild(t *testing.T) {
 			if len(ls) != 2+tc.layers {
 				t.Errorf("%d layers, want %d", len(ls), 2+tc.layers)
 			}
-			if tc.deps != nil && (res.DepsKey == "" || !res.DepsCached) {
+			if tc.deps != nil && (res.DepsKey == "" || res.DepsCached != (tc.deps.install == nil)) {
 				t.Errorf("deps not reported: %+v", res)
 			}
+			want := map[bool]string{true: "cached", false: "installed"}[tc.deps == nil || tc.deps.install == nil]
+			if tc.deps == nil {
+				want = ""
+			}
 			f.mu.Lock()
-			if last := f.deps[len(f.deps)-1]; tc.deps != nil && last != "cached" || tc.deps == nil && last != "" {
+			if last := f.deps[len(f.deps)-1]; last != want {
 				t.Errorf("observed dependencies %q for %+v", last, res)
 			}
 			f.mu.Unlock()
@@ -443,11 +469,14 @@ func checkBuildLog(t *testing.T, f *fixture, req build.Request, err error, res *
 		}
 	default:
 		if !strings.Contains(last, "built "+res.Image) || !strings.Contains(text, "stored: code "+req.CodeSHA256[:12]) ||
-			!strings.HasSuffix(got, "Stored,Building,Pushing,Built") || evs[len(evs)-1].CodeSHA256 != req.CodeSHA256 {
+			!strings.HasSuffix(got, "Building,Pushing,Built") || evs[len(evs)-1].CodeSHA256 != req.CodeSHA256 {
 			t.Errorf("build log:\n%s\nevents %s", text, got)
 		}
-		if res.DepsKey != "" && !strings.Contains(text, "dependency layer "+res.DepsKey[:min(12, len(res.DepsKey))]+": cache hit") {
+		if res.DepsKey != "" && res.DepsCached && !strings.Contains(text, "dependency layer "+res.DepsKey[:min(12, len(res.DepsKey))]+": cache hit") {
 			t.Errorf("the dependency layer is not in the build log:\n%s", text)
+		}
+		if res.DepsKey != "" && !res.DepsCached && (!strings.Contains(text, "Successfully installed six") || !strings.Contains(got, "Stored,InstallingDependencies,Building")) {
+			t.Errorf("the install is not in the build log or the events:\n%s\nevents %s", text, got)
 		}
 	}
 }

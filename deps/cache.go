@@ -168,6 +168,9 @@ func (c *Cache) Layer(ctx context.Context, s Spec, dir string) (Result, error) {
 		} else if !errors.Is(err, ErrNotFound) {
 			return nil, fmt.Errorf("reading the deps cache: %w", err)
 		}
+		if s.Installing != nil {
+			s.Installing()
+		}
 		l, err := c.resolve(ctx, s, in, dir)
 		if err != nil {
 			return nil, err

@@ -46,6 +46,9 @@ type Spec struct {
 	IndexURL string
 	// Log, when set, receives the installer's output (the build log); not part of the key.
 	Log io.Writer `json:"-"`
+	// Installing, when set, is called once an install is certain (the layer is not cached), before
+	// it starts: the build reports the stage while it runs. Not part of the key.
+	Installing func() `json:"-"`
 }
 
 // Detect returns the manifests of runtime found in files (name → content), or nil if there are
