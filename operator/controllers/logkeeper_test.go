@@ -156,3 +156,58 @@ func TestLogKeeper(t *testing.T) {
 		t.Errorf("hello-1 followed %d times", n)
 	}
 }
+
+// One namespace whose stopping pods never end holds a quarter of the keeper's slots: another
+// namespace's stopping pod is followed at once all the same.
+func TestLogKeeperSharesSlotsAmongTenants(t *testing.T) {
+	env := kubetest.Start(t)
+	ctx := context.Background()
+	c := env.Client
+	for _, ns := range []string{"greedy", "quiet"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, _ := codestore.NewDir(t.TempDir())
+	var mu sync.Mutex
+	running := map[string]int{}
+	follow := func(ctx context.Context, ns, fn, pod string, emit func(apiv1.LogLine) error) error {
+		mu.Lock()
+		running[ns]++
+		mu.Unlock()
+		defer func() { mu.Lock(); running[ns]--; mu.Unlock() }()
+		<-ctx.Done() // never ends: SIGTERM ignored for the whole grace period
+		return nil
+	}
+	count := func(ns string) int { mu.Lock(); defer mu.Unlock(); return running[ns] }
+	informers, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx, stopKeeper := context.WithCancel(ctx)
+	defer stopKeeper()
+	go informers.Start(kctx)
+	k := &controllers.LogKeeper{Informers: informers, Code: code, Follow: follow, MaxConcurrent: 8, CollectInterval: time.Hour}
+	go k.Start(kctx)
+	stop := func(ns, name string) {
+		t.Helper()
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: resources.Labels("fn", runspec.RoleFunction), Finalizers: []string{"test.sless.dev/hold"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "function", Image: "img"}}}}
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 6 {
+		stop("greedy", fmt.Sprintf("fn-%d", i))
+	}
+	eventually(t, "the greedy namespace's share followed", func() bool { return count("greedy") == 2 })
+	stop("quiet", "fn-0")
+	eventually(t, "the quiet namespace's pod followed beside them", func() bool { return count("quiet") == 1 })
+	time.Sleep(200 * time.Millisecond)
+	if n := count("greedy"); n != 2 {
+		t.Errorf("the greedy namespace follows %d pods, want its share of 2 (8 slots / 4)", n)
+	}
+}
