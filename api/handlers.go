@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/fnlog"
 )
 
 // maxJSONBody bounds JSON request bodies (specs are small; env vars at most 64 KiB).
@@ -136,6 +138,10 @@ func (s *Server) createFunction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	// A function re-created under an earlier one's name starts with no history: the earlier one's
+	// build log and events (written behind its lifecycle, possibly after its deletion) and its
+	// instances' kept logs go. Best effort: they are the author's view, not the platform's state.
+	fnlog.Forget(context.WithoutCancel(r.Context()), s.b.Code, ns, f.Name)
 	writeJSON(w, http.StatusCreated, s.functionView(ns, out))
 }
 

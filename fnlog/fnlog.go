@@ -331,3 +331,8 @@ func CollectStopped(ctx context.Context, store codestore.Store, now time.Time) (
 	}
 	return n, errors.Join(errs...)
 }
+
+// Forget removes a function's build log, events and its stopped instances' kept logs.
+func Forget(ctx context.Context, store codestore.Store, ns, name string) error {
+	return errors.Join(store.DeletePrefix(ctx, codestore.Prefix(ns, name)+"logs/"), store.DeletePrefix(ctx, StoppedPrefix(ns, name)))
+}

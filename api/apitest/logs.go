@@ -377,4 +377,16 @@ func testBuildLogAndEvents(t *testing.T, bk Backend) {
 	if evs, _ := fnlog.LoadEvents(ctx, e.Be.Code, e.NS, "builder"); len(evs) != 0 {
 		t.Errorf("events after the function's deletion: %+v", evs)
 	}
+	// What the deleted function's lifecycle wrote late (events go behind it) is not the history
+	// of a new function of its name.
+	events.Record(ctx, e.NS, "builder", apiv1.Event{Reason: apiv1.ReasonReady, Message: "the old one"})
+	events.Flush()
+	fnlog.Save(ctx, e.Be.Code, fnlog.StoppedKey(e.NS, "builder", "old-pod"), []apiv1.LogLine{line(time.Now(), "old-pod", "old")})
+	e.Function("builder")
+	if code, evs := readNDJSON[apiv1.Event](t, e, p+"events"); code != 200 || len(evs) != 0 {
+		t.Errorf("a re-created function's events: %d %+v", code, evs)
+	}
+	if ls, _ := fnlog.Load[apiv1.LogLine](ctx, e.Be.Code, fnlog.StoppedKey(e.NS, "builder", "old-pod")); len(ls) != 0 {
+		t.Errorf("a re-created function keeps its predecessor's kept logs: %+v", ls)
+	}
 }
