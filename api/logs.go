@@ -161,6 +161,12 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, apiv1.Errorf(apiv1.CodeNotReady, "this platform keeps no instance logs"))
 		return
 	}
+	// With follow and tail=0, "new" lines are those written from now on, not from whenever each
+	// instance's reader first looks (a line printed in between would be lost): every line since
+	// this moment.
+	if q.Follow && q.Tail == 0 {
+		q.Since, q.Tail = later(q.Since, time.Now()), -1
+	}
 	insts, err := s.b.Logs.LogInstances(ctx, ns, name)
 	if err != nil {
 		writeError(w, r, err)
@@ -454,4 +460,11 @@ func (s *Server) streamContext(parent context.Context) (context.Context, context
 		}
 	}()
 	return ctx, cancel
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
