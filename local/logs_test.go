@@ -16,6 +16,7 @@ import (
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
@@ -49,7 +50,17 @@ func TestLogsUp(t *testing.T) {
 		}
 		return resp.Header.Get("X-Request-Id")
 	}
-	logs := func(token, query string) (int, []apiv1.LogLine) {
+	// logs reads a function's log through the API client; status is the answer's status code to
+	// a raw GET …/talker/logs?query with token (for what the client would not send).
+	logs := func(name string, o client.LogsOptions) []apiv1.LogLine {
+		t.Helper()
+		var out []apiv1.LogLine
+		if err := u.c.Logs(ctx, name, o, func(l apiv1.LogLine) error { out = append(out, l); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	status := func(token, query string) int {
 		t.Helper()
 		req, _ := http.NewRequest("GET", u.url+"/v1/namespaces/"+ns+"/functions/talker/logs?"+query, nil)
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -57,24 +68,18 @@ func TestLogsUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		if resp.StatusCode != 200 {
-			return resp.StatusCode, nil
-		}
-		if ct := resp.Header.Get("Content-Type"); ct != "application/x-ndjson" {
-			t.Errorf("Content-Type %q", ct)
-		}
-		var out []apiv1.LogLine
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			var l apiv1.LogLine
-			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-				t.Fatalf("line %q: %v", sc.Text(), err)
-			}
-			out = append(out, l)
-		}
-		return resp.StatusCode, out
+		resp.Body.Close()
+		return resp.StatusCode
 	}
+	events := func(name string) []apiv1.Event {
+		t.Helper()
+		evs, err := u.c.ListEvents(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs
+	}
+	one, thousand := 1, 1000
 	find := func(lines []apiv1.LogLine, stream, sub string) *apiv1.LogLine {
 		for i, l := range lines {
 			if l.Stream == stream && strings.Contains(l.Line, sub) {
@@ -88,7 +93,7 @@ func TestLogsUp(t *testing.T) {
 	t.Run("instances' output, joined to invocations by request id", func(t *testing.T) {
 		var lines []apiv1.LogLine
 		waitFor(t, 5*time.Second, func() bool {
-			_, lines = logs(u.token, "")
+			lines = logs("talker", client.LogsOptions{})
 			return find(lines, "stdout", `"request_id": "`+rid+`"`) != nil
 		}, "the runtime's line of the request")
 		hello, warned, report := find(lines, "stdout", "hello /first"), find(lines, "stderr", "warned /first"), find(lines, "stdout", rid)
@@ -110,10 +115,10 @@ func TestLogsUp(t *testing.T) {
 		if !strings.HasPrefix(hello.Instance, "sless-") || time.Since(hello.Time) > time.Minute {
 			t.Errorf("line %+v", hello)
 		}
-		if _, tail := logs(u.token, "tail=1"); len(tail) != 1 {
+		if tail := logs("talker", client.LogsOptions{Tail: &one}); len(tail) != 1 {
 			t.Errorf("tail=1: %d lines", len(tail))
 		}
-		if _, none := logs(u.token, "since="+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)); len(none) != 0 {
+		if none := logs("talker", client.LogsOptions{Since: time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}); len(none) != 0 {
 			t.Errorf("since an hour from now: %d lines", len(none))
 		}
 	})
@@ -155,7 +160,7 @@ func TestLogsUp(t *testing.T) {
 	})
 
 	t.Run("the build log and the events", func(t *testing.T) {
-		_, build := logs(u.token, "source=build")
+		build := logs("talker", client.LogsOptions{Source: apiv1.LogSourceBuild})
 		text := ""
 		for _, l := range build {
 			text += l.Line + "\n"
@@ -167,7 +172,7 @@ func TestLogsUp(t *testing.T) {
 		var got string
 		waitFor(t, 5*time.Second, func() bool {
 			var reasons []string
-			for _, e := range events(t, u, "talker") {
+			for _, e := range events("talker") {
 				reasons = append(reasons, e.Reason)
 			}
 			got = strings.Join(reasons, ",")
@@ -199,7 +204,7 @@ func TestLogsUp(t *testing.T) {
 		}
 		var last apiv1.Event
 		waitFor(t, 5*time.Second, func() bool {
-			if evs := events(t, u, "broken"); len(evs) > 0 {
+			if evs := events("broken"); len(evs) > 0 {
 				last = evs[len(evs)-1]
 			}
 			return last.Reason == apiv1.ReasonFailed
@@ -208,22 +213,18 @@ func TestLogsUp(t *testing.T) {
 			t.Errorf("last event %+v", last)
 		}
 		// The container that failed its start is gone; what it printed is not.
-		req, _ := http.NewRequest("GET", u.url+"/v1/namespaces/"+ns+"/functions/broken/logs", nil)
-		req.Header.Set("Authorization", "Bearer "+u.token)
-		lresp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
+		text := ""
+		for _, l := range logs("broken", client.LogsOptions{}) {
+			text += l.Line + "\n"
 		}
-		body, _ := io.ReadAll(lresp.Body)
-		lresp.Body.Close()
-		if !strings.Contains(string(body), "loading broken") || !strings.Contains(string(body), "broken on import") {
-			t.Errorf("the failed instance's output:\n%s", body)
+		if !strings.Contains(text, "loading broken") || !strings.Contains(text, "broken on import") {
+			t.Errorf("the failed instance's output:\n%s", text)
 		}
 	})
 
 	t.Run("bad input and another tenant", func(t *testing.T) {
 		for q, want := range map[string]int{"tail=10001": 400, "tail=-1": 400, "since=yesterday": 400, "follow=maybe": 400, "source=disk": 400} {
-			if code, _ := logs(u.token, q); code != want {
+			if code := status(u.token, q); code != want {
 				t.Errorf("%s: %d, want %d", q, code, want)
 			}
 		}
@@ -232,14 +233,14 @@ func TestLogsUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if code, _ := logs(token, "follow=true"); code != 404 {
+		if code := status(token, "follow=true"); code != 404 {
 			t.Errorf("another tenant following the logs: %d, want 404", code)
 		}
 	})
 
 	t.Run("an instance stopped by scale-down stays readable", func(t *testing.T) {
 		waitFor(t, 40*time.Second, func() bool { f, _ := u.c.GetFunction(ctx, "talker"); return f.Status.Replicas == 0 }, "the idle function at zero")
-		_, lines := logs(u.token, "tail=1000")
+		lines := logs("talker", client.LogsOptions{Tail: &thousand})
 		if find(lines, "stdout", "hello /first") == nil || find(lines, "stdout", "hello /second") == nil {
 			t.Errorf("after scale-down: %+v", lines)
 		}
@@ -292,26 +293,4 @@ func TestLogsUp(t *testing.T) {
 			t.Errorf("promlint: %v %+v", err, problems)
 		}
 	})
-}
-
-// events reads a function's events.
-func events(t *testing.T, u *up, name string) []apiv1.Event {
-	t.Helper()
-	req, _ := http.NewRequest("GET", u.url+"/v1/namespaces/"+u.c.Namespace()+"/functions/"+name+"/events", nil)
-	req.Header.Set("Authorization", "Bearer "+u.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out []apiv1.Event
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		var e apiv1.Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatalf("event %q: %v", sc.Text(), err)
-		}
-		out = append(out, e)
-	}
-	return out
 }
