@@ -73,8 +73,8 @@ func Select(lines []apiv1.LogLine, since time.Time, tail int) []apiv1.LogLine {
 	return lines
 }
 
-// Encode writes lines as NDJSON.
-func Encode[T any](w io.Writer, items []T) error {
+// encode writes items as NDJSON.
+func encode[T any](w io.Writer, items []T) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	for _, it := range items {
@@ -89,9 +89,9 @@ func Encode[T any](w io.Writer, items []T) error {
 // \u00XX, six bytes.
 const maxEncodedLine = 6*apiv1.MaxLogLine + 4<<10
 
-// Decode reads NDJSON. A line that does not parse is skipped (one damaged line costs that line,
+// decode reads NDJSON. A line that does not parse is skipped (one damaged line costs that line,
 // not the log); only the reader's own failure is an error.
-func Decode[T any](r io.Reader) ([]T, error) {
+func decode[T any](r io.Reader) ([]T, error) {
 	var out []T
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxEncodedLine)
@@ -110,7 +110,7 @@ func Decode[T any](r io.Reader) ([]T, error) {
 // Save stores items under key as NDJSON, replacing what was there.
 func Save[T any](ctx context.Context, store codestore.Store, key string, items []T) error {
 	var b bytes.Buffer
-	if err := Encode(&b, items); err != nil {
+	if err := encode(&b, items); err != nil {
 		return err
 	}
 	// A seekable body: S3 over plain HTTP refuses one it cannot rewind.
@@ -127,7 +127,7 @@ func Load[T any](ctx context.Context, store codestore.Store, key string) ([]T, e
 		return nil, err
 	}
 	defer rc.Close()
-	return Decode[T](rc)
+	return decode[T](rc)
 }
 
 // Log collects lines in memory, the last MaxLines of them: a build's, kept by Save when it ends.

@@ -40,7 +40,7 @@ type LogKeeper struct {
 	Follow func(ctx context.Context, ns, fn, pod string, emit func(apiv1.LogLine) error) error
 	// MaxConcurrent bounds the pods followed at once (default 16); others wait for a slot.
 	MaxConcurrent int
-	// MaxBytes bounds the text kept of one pod (default 4 MiB): with MaxConcurrent, the memory
+	// MaxBytes bounds the text kept of one pod (default fnlog.MaxBytes): with MaxConcurrent, the memory
 	// the keeper may hold.
 	MaxBytes int
 	// CollectInterval is how often kept logs older than fnlog.KeepStopped are deleted (default
@@ -161,7 +161,7 @@ func (k *LogKeeper) keep(ctx context.Context, ns, fn, pod string) {
 		return
 	}
 	logger := log.FromContext(ctx).WithValues("namespace", ns, "function", fn, "pod", pod)
-	tail := newTailBuffer(fnlog.MaxLines, cmp.Or(k.MaxBytes, 4<<20))
+	tail := newTailBuffer(fnlog.MaxLines, cmp.Or(k.MaxBytes, fnlog.MaxBytes))
 	err := k.Follow(ctx, ns, fn, pod, func(l apiv1.LogLine) error {
 		tail.add(l)
 		return nil
