@@ -137,14 +137,40 @@ type Log struct {
 	now              func() time.Time
 
 	mu      sync.Mutex
-	lines   []apiv1.LogLine
-	bytes   int    // of the lines' text
+	lines   *Tail
 	partial []byte // Write's unfinished line
 }
 
+// Tail keeps the last lines added: at most max of them and maxBytes of their text (the last line
+// always). Adding is O(1) amortised; the zero value is not usable (NewTail).
+type Tail struct {
+	buf           []apiv1.LogLine
+	bytes         int
+	max, maxBytes int
+}
+
+// NewTail keeps at most max lines and maxBytes of text.
+func NewTail(max, maxBytes int) *Tail { return &Tail{max: max, maxBytes: maxBytes} }
+
+// Add keeps l, dropping the oldest lines past the bounds.
+func (t *Tail) Add(l apiv1.LogLine) {
+	t.buf = append(t.buf, l)
+	t.bytes += len(l.Line)
+	for len(t.buf) > t.max || t.bytes > t.maxBytes && len(t.buf) > 1 {
+		t.bytes -= len(t.buf[0].Line)
+		t.buf[0] = apiv1.LogLine{} // its text can go now
+		// Resliced: append moves the lines to a new array when this one is full, so the memory
+		// stays within a small multiple of what is kept.
+		t.buf = t.buf[1:]
+	}
+}
+
+// Lines returns the lines kept, oldest first.
+func (t *Tail) Lines() []apiv1.LogLine { return t.buf }
+
 // NewLog makes a Log whose lines name instance and stream (apiv1.StreamBuild for a build).
 func NewLog(instance, stream string) *Log {
-	return &Log{instance: instance, stream: stream, now: time.Now}
+	return &Log{instance: instance, stream: stream, now: time.Now, lines: NewTail(MaxLines, MaxBytes)}
 }
 
 // Printf adds one line (several if the text has newlines).
@@ -186,21 +212,11 @@ func (l *Log) Lines() []apiv1.LogLine {
 		l.add(string(l.partial))
 		l.partial = nil
 	}
-	return append([]apiv1.LogLine(nil), l.lines...)
+	return append([]apiv1.LogLine(nil), l.lines.Lines()...)
 }
 
 func (l *Log) add(line string) {
-	line = Clip(line)
-	l.lines = append(l.lines, apiv1.LogLine{Time: l.now().UTC(), Instance: l.instance, Stream: l.stream, Line: line})
-	l.bytes += len(line)
-	drop := 0
-	for len(l.lines)-drop > MaxLines || l.bytes > MaxBytes && len(l.lines)-drop > 1 {
-		l.bytes -= len(l.lines[drop].Line)
-		drop++
-	}
-	if drop > 0 {
-		l.lines = append(l.lines[:0], l.lines[drop:]...)
-	}
+	l.lines.Add(apiv1.LogLine{Time: l.now().UTC(), Instance: l.instance, Stream: l.stream, Line: Clip(line)})
 }
 
 // Events appends events to functions' event logs in the code store. Record does not wait for the

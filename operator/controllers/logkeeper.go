@@ -161,15 +161,15 @@ func (k *LogKeeper) keep(ctx context.Context, ns, fn, pod string) {
 		return
 	}
 	logger := log.FromContext(ctx).WithValues("namespace", ns, "function", fn, "pod", pod)
-	tail := newTailBuffer(fnlog.MaxLines, cmp.Or(k.MaxBytes, fnlog.MaxBytes))
+	tail := fnlog.NewTail(fnlog.MaxLines, cmp.Or(k.MaxBytes, fnlog.MaxBytes))
 	err := k.Follow(ctx, ns, fn, pod, func(l apiv1.LogLine) error {
-		tail.add(l)
+		tail.Add(l)
 		return nil
 	})
 	if err != nil && ctx.Err() == nil {
 		logger.Info("reading a stopping pod's log", "error", err.Error())
 	}
-	lines := tail.lines()
+	lines := tail.Lines()
 	if len(lines) == 0 {
 		return
 	}
@@ -180,28 +180,6 @@ func (k *LogKeeper) keep(ctx context.Context, ns, fn, pod string) {
 		logger.Error(err, "saving a stopped pod's log")
 	}
 }
-
-// tailBuffer holds the last lines added, at most max of them and maxBytes of their text.
-type tailBuffer struct {
-	max, maxBytes, bytes int
-	buf                  []apiv1.LogLine
-}
-
-func newTailBuffer(max, maxBytes int) *tailBuffer { return &tailBuffer{max: max, maxBytes: maxBytes} }
-
-func (t *tailBuffer) add(l apiv1.LogLine) {
-	t.buf = append(t.buf, l)
-	t.bytes += len(l.Line)
-	for len(t.buf) > t.max || t.bytes > t.maxBytes && len(t.buf) > 1 {
-		t.bytes -= len(t.buf[0].Line)
-		t.buf[0] = apiv1.LogLine{} // its text can go now
-		// Resliced: append moves the lines to a new array when this one is full, so the
-		// memory stays within a small multiple of what is kept, at O(1) per line.
-		t.buf = t.buf[1:]
-	}
-}
-
-func (t *tailBuffer) lines() []apiv1.LogLine { return t.buf }
 
 // takeTenant waits until ns follows fewer than a quarter of the slots (2 at least), and counts one more; false
 // when ctx ended first.
