@@ -56,7 +56,8 @@ func StartOutside(t testing.TB) *Outside {
 	run("-n", ns, "link", "set", "lo", "up")
 	// No default route in it: what reaches it comes from the host's end (masqueraded), and
 	// http.server's reverse lookup of its address fails at once instead of timing out.
-	run("route", "add", metadata+"/32", "via", nsIP)
+	// replace, not add: a run killed before its cleanup leaves the route, which would fail every later run.
+	run("route", "replace", metadata+"/32", "via", nsIP)
 	var serverLogs []*lockedBuffer
 	o := &Outside{URL: "http://" + nsIP + ":8000", MetadataURL: "http://" + metadata + ":8000"}
 	for _, addr := range []string{nsIP, metadata} {
