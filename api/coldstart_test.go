@@ -20,6 +20,8 @@ import (
 	"github.com/sless-dev/sless/api/auth"
 	"github.com/sless-dev/sless/api/memstore"
 	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/lifecycle"
+	"github.com/sless-dev/sless/objects"
 )
 
 // scaleSource is a backend at zero that starts one instance when poked: listed without an
@@ -96,10 +98,10 @@ func newScaleEnv(t *testing.T, fnHeaders http.Header) *scaleEnv {
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	ns := "sless-00000000000000c0"
-	if _, err := backend.Functions.Create(context.Background(), ns, api.FunctionSpec{Name: "cold", Runtime: "python3.11"}); err != nil {
+	if _, err := backend.Functions.Create(context.Background(), ns, objects.FunctionSpec{Name: "cold", Runtime: "python3.11"}); err != nil {
 		t.Fatal(err)
 	}
-	stores.Functions.SetStatus(ns, "cold", func(s *apiv1.FunctionStatus) {
+	stores.Functions.SetStatus(ns, "cold", func(s *lifecycle.FunctionStatus) {
 		s.Phase, s.Image, s.Replicas, s.DesiredReplicas = apiv1.PhaseReady, "registry/fn@sha256:x", 0, 0
 	})
 	go func() { time.Sleep(120 * time.Millisecond); once.Do(func() { close(healthy) }) }()
@@ -209,7 +211,7 @@ func TestReplicaGauges(t *testing.T) {
 	if resp, err := http.Get(e.url + "/fn/" + e.ns + "/cold"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("%v %v", resp, err)
 	}
-	e.stores.Functions.SetStatus(e.ns, "cold", func(s *apiv1.FunctionStatus) { s.Replicas, s.DesiredReplicas = 1, 3 })
+	e.stores.Functions.SetStatus(e.ns, "cold", func(s *lifecycle.FunctionStatus) { s.Replicas, s.DesiredReplicas = 1, 3 })
 	m := metrics()
 	for _, want := range []string{
 		`sless_function_replicas{function="cold",namespace="` + e.ns + `"} 1`,

@@ -1,36 +1,27 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/layers"
+	"github.com/sless-dev/sless/objects"
 )
 
 // unavailableRetry is the Retry-After of a 503 for a store that does not answer.
 const unavailableRetry = 5 * time.Second
 
-// ErrQuotaExceeded is what a store returns (wrapped, with a message naming the quota) for a create
-// that would take a namespace beyond its quota; the API answers 403 quota_exceeded.
-var ErrQuotaExceeded = errors.New("quota exceeded")
-
 // writeJSON writes v with status.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { apiv1.WriteJSON(w, status, v) }
 
 // toAPIError maps any error to the envelope's code and status. Errors users did not cause become
 // "internal" with a generic message (the details go to the log).
 func toAPIError(err error) *apiv1.Error {
 	var ae *apiv1.Error
-	var nr *NotReadyError
+	var nr *objects.NotReadyError
 	var mb *http.MaxBytesError
 	switch {
 	case errors.As(err, &ae):
@@ -44,13 +35,13 @@ func toAPIError(err error) *apiv1.Error {
 			Message: "the code store is unavailable; retry later", RetryAfter: unavailableRetry}
 	case errors.As(err, &mb):
 		return apiv1.Errorf(apiv1.CodePayloadTooLarge, "the body exceeds the limit of %d bytes", mb.Limit)
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, objects.ErrNotFound):
 		return apiv1.Errorf(apiv1.CodeNotFound, "%v", err)
-	case errors.Is(err, ErrAlreadyExists):
+	case errors.Is(err, objects.ErrAlreadyExists):
 		return apiv1.Errorf(apiv1.CodeAlreadyExists, "%v", err)
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, objects.ErrConflict):
 		return apiv1.Errorf(apiv1.CodeConflict, "%v", err)
-	case errors.Is(err, ErrQuotaExceeded):
+	case errors.Is(err, objects.ErrQuotaExceeded):
 		return apiv1.Errorf(apiv1.CodeQuotaExceeded, "%v", err)
 	case errors.Is(err, layers.ErrTooLarge):
 		return apiv1.Errorf(apiv1.CodePayloadTooLarge, "%v", err)
@@ -69,16 +60,13 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if ae.Code == apiv1.CodeInternal || errors.Is(err, codestore.ErrUnavailable) {
 		logCause(w, err)
 	}
-	if ae.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(ae.RetryAfter)))
-	}
-	writeJSON(w, ae.Status, apiv1.ErrorBody{Error: apiv1.ErrorDetail{Code: ae.Code, Message: ae.Message}})
+	ae.Write(w)
 }
 
 // logCause puts err into this request's log line (observe), through the server's logger: the
 // details an answer does not show.
 func logCause(w http.ResponseWriter, err error) {
 	if rec, ok := w.(*recorder); ok {
-		rec.err = err
+		rec.SetCause(err)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/fnlog"
+	"github.com/sless-dev/sless/lifecycle"
+	"github.com/sless-dev/sless/objects"
 )
 
 // maxJSONBody bounds JSON request bodies (specs are small; env vars at most 64 KiB).
@@ -59,7 +61,7 @@ func (s *Server) nsExists(r *http.Request, ns string) error {
 }
 
 func notFound(kind, name string, err error) error {
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, objects.ErrNotFound) {
 		return apiv1.Errorf(apiv1.CodeNotFound, "%s %q not found", kind, name)
 	}
 	return err
@@ -98,122 +100,93 @@ func (s *Server) deleteNamespace(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// --- functions
+// --- functions, triggers, jobs: the routes every kind shares (kind), and what each adds
 
-func (s *Server) listFunctions(w http.ResponseWriter, r *http.Request) {
-	ns := pathVar(r, "ns")
-	objs, err := s.b.Functions.List(r.Context(), ns)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	items := make([]apiv1.Function, 0, len(objs))
-	for _, o := range objs {
-		items = append(items, s.functionView(ns, o))
-	}
-	writeJSON(w, http.StatusOK, apiv1.List[apiv1.Function]{Items: items})
+// kinds are the stored kinds' shared routes on s's backend.
+type kinds struct {
+	functions *kind[apiv1.Function, objects.FunctionSpec, lifecycle.FunctionStatus]
+	triggers  *kind[apiv1.Trigger, objects.TriggerSpec, apiv1.TriggerStatus]
+	jobs      *kind[apiv1.Job, objects.JobSpec, apiv1.JobStatus]
 }
 
-func (s *Server) createFunction(w http.ResponseWriter, r *http.Request) {
-	ns := pathVar(r, "ns")
-	var f apiv1.Function
-	if err := decode(w, r, &f); err != nil {
-		writeError(w, r, err)
-		return
+func (s *Server) kinds() kinds {
+	return kinds{
+		functions: &kind[apiv1.Function, objects.FunctionSpec, lifecycle.FunctionStatus]{
+			noun: "function", store: s.b.Functions, validate: ValidateFunction,
+			nameOf: func(f *apiv1.Function) *string { return &f.Name },
+			view:   func(ns string, o objects.Function) apiv1.Function { return objects.FunctionView(s.o.publicURL, ns, o) },
+			// A function re-created under an earlier one's name starts with no history: the
+			// earlier one's build log and events (written behind its lifecycle, possibly after its
+			// deletion) and its instances' kept logs go. Best effort: they are the author's view,
+			// not the platform's state.
+			created: func(r *http.Request, ns, name string) {
+				fnlog.Forget(context.WithoutCancel(r.Context()), s.b.Code, ns, name)
+			},
+			deleted: s.functionDeleted,
+			replace: func(spec objects.FunctionSpec, cur *objects.FunctionSpec) error {
+				// The code is the upload's to change; the store moves the generation if anything else
+				// did, and the function shows Pending until the backend has rolled the change out.
+				spec.CodeSHA256 = cur.CodeSHA256
+				*cur = spec
+				return nil
+			},
+		},
+		triggers: &kind[apiv1.Trigger, objects.TriggerSpec, apiv1.TriggerStatus]{
+			noun: "trigger", store: s.b.Triggers, validate: ValidateTrigger,
+			nameOf: func(t *apiv1.Trigger) *string { return &t.Name },
+			view:   func(ns string, o objects.Trigger) apiv1.Trigger { return objects.TriggerView(s.o.publicURL, ns, o) },
+			refs: func(r *http.Request, ns string, t objects.TriggerSpec) error {
+				return s.functionExists(r, ns, t.FunctionRef)
+			},
+		},
+		jobs: &kind[apiv1.Job, objects.JobSpec, apiv1.JobStatus]{
+			noun: "job", store: s.b.Jobs, validate: ValidateJob,
+			nameOf: func(j *apiv1.Job) *string { return &j.Name },
+			view:   func(_ string, o objects.Job) apiv1.Job { return objects.JobView(o) },
+			refs: func(r *http.Request, ns string, j objects.JobSpec) error {
+				return s.functionExists(r, ns, j.FunctionRef)
+			},
+			// The run_id rule (lifecycle.NewRunID): higher runs again, equal changes nothing, lower
+			// is refused.
+			replace: func(spec objects.JobSpec, cur *objects.JobSpec) error {
+				if spec.FunctionRef != cur.FunctionRef {
+					return invalid("function_ref is fixed once a job exists; delete and re-create the job to change it")
+				}
+				run, err := lifecycle.NewRunID(cur.RunID, spec.RunID)
+				if err != nil {
+					return invalid("%v", err)
+				}
+				if run {
+					cur.RunID, cur.EventJSON = spec.RunID, spec.EventJSON
+				}
+				return nil
+			},
+		},
 	}
-	spec, err := ValidateFunction(f)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if err := s.nsExists(r, ns); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	out, err := s.b.Functions.Create(r.Context(), ns, spec)
-	if errors.Is(err, ErrAlreadyExists) {
-		err = apiv1.Errorf(apiv1.CodeAlreadyExists, "function %q already exists", f.Name)
-	}
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	// A function re-created under an earlier one's name starts with no history: the earlier one's
-	// build log and events (written behind its lifecycle, possibly after its deletion) and its
-	// instances' kept logs go. Best effort: they are the author's view, not the platform's state.
-	fnlog.Forget(context.WithoutCancel(r.Context()), s.b.Code, ns, f.Name)
-	writeJSON(w, http.StatusCreated, s.functionView(ns, out))
 }
 
-func (s *Server) getFunction(w http.ResponseWriter, r *http.Request) {
-	name := pathVar(r, "name")
-	if err := apiv1.ValidName("function", name); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	ns := pathVar(r, "ns")
-	f, err := s.b.Functions.Get(r.Context(), ns, name)
-	if err != nil {
-		writeError(w, r, notFound("function", name, err))
-		return
-	}
-	writeJSON(w, http.StatusOK, s.functionView(ns, f))
-}
-
-func (s *Server) updateFunction(w http.ResponseWriter, r *http.Request) {
-	ns, name := pathVar(r, "ns"), pathVar(r, "name")
-	var f apiv1.Function
-	if err := decode(w, r, &f); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if f.Name == "" {
-		f.Name = name
-	}
-	if f.Name != name {
-		writeError(w, r, invalid("the body names function %q but the path %q; a function cannot be renamed", f.Name, name))
-		return
-	}
-	spec, err := ValidateFunction(f)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	out, err := s.b.Functions.Update(r.Context(), ns, name, func(cur *FunctionSpec) error {
-		// The code is the upload's to change; the store moves the generation if anything else did,
-		// and the function shows Pending until the backend has rolled the change out.
-		spec.CodeSHA256 = cur.CodeSHA256
-		*cur = spec
-		return nil
-	})
-	if err != nil {
-		writeError(w, r, notFound("function", name, err))
-		return
-	}
-	writeJSON(w, http.StatusOK, s.functionView(ns, out))
-}
-
-func (s *Server) deleteFunction(w http.ResponseWriter, r *http.Request) {
-	ns, name := pathVar(r, "ns"), pathVar(r, "name")
-	if err := apiv1.ValidName("function", name); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if err := s.b.Functions.Delete(r.Context(), ns, name); err != nil {
-		writeError(w, r, notFound("function", name, err))
-		return
-	}
-	// The function is gone; its archives go too (a backend may also remove them, harmlessly).
+// functionDeleted removes what the API keeps of a deleted function: its archives (a backend may
+// also remove them, harmlessly), its invocation records and /fn/'s state.
+func (s *Server) functionDeleted(r *http.Request, ns, name string) error {
 	if err := s.b.Code.DeletePrefix(r.Context(), codestore.Prefix(ns, name)); err != nil {
-		writeError(w, r, fmt.Errorf("deleting stored code of %s/%s: %w", ns, name, err))
-		return
+		return fmt.Errorf("deleting stored code of %s/%s: %w", ns, name, err)
 	}
 	if err := s.b.Invocations.Forget(r.Context(), ns, name); err != nil {
-		writeError(w, r, fmt.Errorf("deleting the invocation records of %s/%s: %w", ns, name, err))
-		return
+		return fmt.Errorf("deleting the invocation records of %s/%s: %w", ns, name, err)
 	}
-	s.forget(ns, name)
-	w.WriteHeader(http.StatusNoContent)
+	s.fn.Forget(ns, name)
+	return nil
+}
+
+// functionExists makes a reference to a missing function a user error at creation time.
+func (s *Server) functionExists(r *http.Request, ns, name string) error {
+	if _, err := s.b.Functions.Get(r.Context(), ns, name); err != nil {
+		if errors.Is(err, objects.ErrNotFound) {
+			return invalid("function_ref %q: no such function in this namespace; create it first", name)
+		}
+		return err
+	}
+	return nil
 }
 
 func (s *Server) invocations(w http.ResponseWriter, r *http.Request) {
@@ -226,11 +199,11 @@ func (s *Server) invocations(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, notFound("function", name, err))
 		return
 	}
-	q := InvocationQuery{Limit: DefaultInvocationLimit}
+	q := objects.InvocationQuery{Limit: objects.DefaultInvocationLimit}
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxInvocationLimit {
-			writeError(w, r, invalid("limit %q must be between 1 and %d", v, MaxInvocationLimit))
+		if err != nil || n < 1 || n > objects.MaxInvocationLimit {
+			writeError(w, r, invalid("limit %q must be between 1 and %d", v, objects.MaxInvocationLimit))
 			return
 		}
 		q.Limit = n

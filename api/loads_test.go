@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apitest"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/invoke"
 )
 
 // The internal listener's handler reports what /fn/ serves now, per function and instance; the
@@ -71,7 +71,7 @@ func TestLoadsHandlerServesTheActivatorsLoad(t *testing.T) {
 // with none when its wait ends; a poke with no poll waiting does not block.
 func TestPokesLongPoll(t *testing.T) {
 	e := apitest.NewEnv(t, apitest.Memstore)
-	p := api.NewPokes()
+	p := invoke.NewPokes()
 	p.Poke("sless-0000000000000001", "nobody-listens")
 	srv := httptest.NewServer(e.Srv.LoadsHandler(p))
 	defer srv.Close()

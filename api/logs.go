@@ -12,34 +12,8 @@ import (
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/fnlog"
+	"github.com/sless-dev/sless/objects"
 )
-
-// Logs reads what a function's instances print. The API merges the instances and follows new
-// ones; a backend reads one instance at a time.
-type Logs interface {
-	// LogInstances lists the function's instances whose output can be read: those running or
-	// starting, and those stopped within fnlog.KeepStopped (Stopped set).
-	LogInstances(ctx context.Context, ns, name string) ([]LogInstance, error)
-	// ReadLog emits an instance's lines oldest first: those at or after q.Since, of them the last
-	// q.Tail (q.Tail < 0: all). With q.Follow it then emits new lines as they come, until the
-	// instance stops or ctx ends. An error from emit ends it with that error.
-	ReadLog(ctx context.Context, ns, name string, inst LogInstance, q LogQuery, emit func(apiv1.LogLine) error) error
-}
-
-// LogInstance is one instance as Logs lists it.
-type LogInstance struct {
-	// ID names it to ReadLog; unique among the function's instances, past ones included.
-	ID string
-	// Stopped: it no longer runs; its log is what was kept.
-	Stopped bool
-}
-
-// LogQuery selects an instance's lines.
-type LogQuery struct {
-	Since  time.Time
-	Tail   int
-	Follow bool
-}
 
 // logPoll is how often a followed log looks for new instances and for a new build log.
 const logPoll = time.Second
@@ -50,7 +24,7 @@ const logWriteWindow = 30 * time.Second
 
 // logsQuery is GET …/logs's parameters.
 type logsQuery struct {
-	LogQuery
+	objects.LogQuery
 	source string
 }
 
@@ -252,7 +226,7 @@ func (s *Server) followSlot(ns string) (release func(), ok bool) {
 
 // followLogs streams every instance's lines as they come (the last Tail of each first), and those
 // of instances that start meanwhile from their first line, until ctx ends.
-func (s *Server) followLogs(ctx context.Context, out *ndjsonWriter, ns, name string, insts []LogInstance, q LogQuery) {
+func (s *Server) followLogs(ctx context.Context, out *ndjsonWriter, ns, name string, insts []objects.LogInstance, q objects.LogQuery) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -260,14 +234,14 @@ func (s *Server) followLogs(ctx context.Context, out *ndjsonWriter, ns, name str
 	// seen: instances followed or read; a follow that failed is forgotten, to be tried again.
 	var mu sync.Mutex
 	seen := map[string]bool{}
-	follow := func(in LogInstance, q LogQuery) {
+	follow := func(in objects.LogInstance, q objects.LogQuery) {
 		mu.Lock()
 		seen[in.ID] = true
 		mu.Unlock()
 		if in.Stopped {
 			// Stopped before the stream began, or between two looks (a crash): its lines once.
 			if q.Tail != 0 {
-				s.b.Logs.ReadLog(ctx, ns, name, in, LogQuery{Since: q.Since, Tail: q.Tail}, out.line)
+				s.b.Logs.ReadLog(ctx, ns, name, in, objects.LogQuery{Since: q.Since, Tail: q.Tail}, out.line)
 			}
 			return
 		}
@@ -306,7 +280,7 @@ func (s *Server) followLogs(ctx context.Context, out *ndjsonWriter, ns, name str
 			known := seen[in.ID]
 			mu.Unlock()
 			if !known {
-				follow(in, LogQuery{Since: q.Since, Tail: -1, Follow: true})
+				follow(in, objects.LogQuery{Since: q.Since, Tail: -1, Follow: true})
 			}
 		}
 	}

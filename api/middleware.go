@@ -2,13 +2,9 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +12,7 @@ import (
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/invoke"
 )
 
 type ctxKey int
@@ -39,17 +36,11 @@ func CallerFrom(ctx context.Context) (auth.Caller, bool) {
 	return c, ok
 }
 
-var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
-
-// requestID keeps a well-formed X-Request-Id from the client or makes one, and echoes it.
+// requestID keeps a well-formed X-Request-Id from the client or makes one (invoke.RequestID), and
+// echoes it.
 func (s *Server) requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Request-Id")
-		if !requestIDPattern.MatchString(id) {
-			var b [8]byte
-			rand.Read(b[:])
-			id = hex.EncodeToString(b[:])
-		}
+		id := invoke.RequestID(r)
 		w.Header().Set("X-Request-Id", id)
 		next.ServeHTTP(w, r.WithContext(WithRequestID(r.Context(), id)))
 	})
@@ -76,8 +67,13 @@ type recorder struct {
 	status int
 	bytes  int64
 	err    error
-	fn     bool // served by invoke (under /fn/ or on a function's host)
 }
+
+// Status is the answer's status so far (0 before any); /fn/ records it.
+func (rec *recorder) Status() int { return rec.status }
+
+// SetCause puts err into the request's log line: the details an answer does not show.
+func (rec *recorder) SetCause(err error) { rec.err = err }
 
 func (rec *recorder) WriteHeader(code int) {
 	if rec.status == 0 {
@@ -99,8 +95,12 @@ func (rec *recorder) Flush() { http.NewResponseController(rec.ResponseWriter).Fl
 
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
 
-// observe logs one JSON line per request and feeds the request metrics, by route template.
-func (s *Server) observe(next http.Handler) http.Handler {
+// fnRoute is /fn/'s route label.
+const fnRoute = "/fn/{ns}/{name}"
+
+// observe logs one JSON line per request and feeds the request metrics, by route template (route,
+// or the router's template of the request's route when "").
+func (s *Server) observe(route string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w}
@@ -108,16 +108,17 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
-		route := "unmatched"
-		if rec.fn {
-			route = "/fn/{ns}/{name}"
-		} else if cr := mux.CurrentRoute(r); cr != nil {
-			if t, err := cr.GetPathTemplate(); err == nil {
-				route = t
+		route := route
+		if route == "" {
+			route = "unmatched"
+			if cr := mux.CurrentRoute(r); cr != nil {
+				if t, err := cr.GetPathTemplate(); err == nil {
+					route = t
+				}
 			}
 		}
 		d := time.Since(start)
-		s.metrics.requests.WithLabelValues(route, methodLabel(r.Method), codeLabel(rec.status)).Inc()
+		s.metrics.requests.WithLabelValues(route, methodLabel(r.Method), invoke.CodeLabel(rec.status)).Inc()
 		s.metrics.latency.WithLabelValues(route).Observe(d.Seconds())
 		attrs := []slog.Attr{
 			slog.String("method", r.Method), slog.String("route", route), slog.String("path", r.URL.EscapedPath()),
@@ -135,15 +136,6 @@ func (s *Server) observe(next http.Handler) http.Handler {
 // method is any token a client sends: as a label it would grow /metrics without bound.
 var knownMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
 	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true, http.MethodConnect: true, http.MethodTrace: true}
-
-// codeLabel is the status code, or "other" for a code no RFC names: a function chooses its
-// codes, and every one of 100–999 would be a series of its own.
-func codeLabel(code int) string {
-	if http.StatusText(code) == "" {
-		return "other"
-	}
-	return strconv.Itoa(code)
-}
 
 func methodLabel(m string) string {
 	if knownMethods[m] {

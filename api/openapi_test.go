@@ -20,6 +20,8 @@ import (
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
 	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/lifecycle"
+	"github.com/sless-dev/sless/objects"
 )
 
 // The OpenAPI document is checked here as a document: it is what the server serves, it is valid
@@ -34,20 +36,20 @@ func routesOnlyServer(t *testing.T) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Backend{
-		Namespaces: struct{ Namespaces }{},
+	s, err := New(objects.Backend{
+		Namespaces: struct{ objects.Namespaces }{},
 		Functions: struct {
-			Store[FunctionSpec, apiv1.FunctionStatus]
+			objects.Store[objects.FunctionSpec, lifecycle.FunctionStatus]
 		}{},
 		Triggers: struct {
-			Store[TriggerSpec, apiv1.TriggerStatus]
+			objects.Store[objects.TriggerSpec, apiv1.TriggerStatus]
 		}{},
 		Jobs: struct {
-			Store[JobSpec, apiv1.JobStatus]
+			objects.Store[objects.JobSpec, apiv1.JobStatus]
 		}{},
-		Invocations: NewInvocationRing(1),
+		Invocations: objects.NewInvocationRing(1),
 		Code:        struct{ codestore.Store }{},
-		Resolver:    struct{ Resolver }{},
+		Resolver:    struct{ objects.Resolver }{},
 	}, WithVerifier(v))
 	if err != nil {
 		t.Fatal(err)
@@ -262,3 +264,25 @@ func TestOpenAPIErrorCodesHaveTheirStatus(t *testing.T) {
 
 // codeMethodNotAllowed is the code server.go's MethodNotAllowedHandler writes.
 const codeMethodNotAllowed = "method_not_allowed"
+
+// The reasons of events and conditions are the document's Stage enum, exactly: every reason the
+// platform writes (apiv1.Reasons, the only ones package lifecycle and the build pipeline use) is
+// documented, and the document names none the platform never writes.
+func TestOpenAPIStagesAreTheReasons(t *testing.T) {
+	var d struct {
+		Components struct {
+			Schemas struct {
+				Stage struct {
+					Enum []string `json:"enum"`
+				} `json:"Stage"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(OpenAPI(), &d); err != nil {
+		t.Fatal(err)
+	}
+	got, want := slices.Sorted(slices.Values(d.Components.Schemas.Stage.Enum)), slices.Sorted(slices.Values(apiv1.Reasons))
+	if !slices.Equal(got, want) {
+		t.Errorf("components.schemas.Stage is %v; the platform's reasons are %v", got, want)
+	}
+}

@@ -17,6 +17,8 @@ import (
 	"github.com/sless-dev/sless/api/memstore"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/testenv"
+	"github.com/sless-dev/sless/lifecycle"
+	"github.com/sless-dev/sless/objects"
 )
 
 // A function whose address does not accept connections yet (kube-proxy lags a pod's readiness; a
@@ -78,7 +80,7 @@ func TestProxyReadsTheServingView(t *testing.T) {
 	res := apitest.NewResolver()
 	backend, _ := memstore.Backend(code, res)
 	view, viewStores := memstore.Backend(code, res)
-	backend.Serving = &api.ServingView{Functions: view.Functions, Triggers: view.Triggers}
+	backend.Serving = &objects.ServingView{Functions: view.Functions, Triggers: view.Triggers}
 	v, _ := auth.New(auth.WithHS256Secret(apitest.Secret))
 	srv, err := api.New(backend, api.WithVerifier(v), api.WithTempDir(t.TempDir()))
 	if err != nil {
@@ -89,12 +91,12 @@ func TestProxyReadsTheServingView(t *testing.T) {
 	up, _ := apitest.EchoUpstream(t)
 	ns := "sless-00000000000000f1"
 	res.Set(ns, "seen", up.URL)
-	view.Functions.Create(context.Background(), ns, api.FunctionSpec{Name: "seen", Runtime: "python3.11"})
-	viewStores.Functions.SetStatus(ns, "seen", func(s *apiv1.FunctionStatus) { s.Phase = apiv1.PhaseReady })
+	view.Functions.Create(context.Background(), ns, objects.FunctionSpec{Name: "seen", Runtime: "python3.11"})
+	viewStores.Functions.SetStatus(ns, "seen", func(s *lifecycle.FunctionStatus) { s.Phase = apiv1.PhaseReady })
 	if resp, err := http.Get(hs.URL + "/fn/" + ns + "/seen"); err != nil || resp.StatusCode != 200 {
 		t.Errorf("a function in the serving view only: %v %v", resp, err)
 	}
-	backend.Functions.Create(context.Background(), ns, api.FunctionSpec{Name: "stored", Runtime: "python3.11"})
+	backend.Functions.Create(context.Background(), ns, objects.FunctionSpec{Name: "stored", Runtime: "python3.11"})
 	res.Set(ns, "stored", up.URL)
 	if resp, err := http.Get(hs.URL + "/fn/" + ns + "/stored"); err != nil || resp.StatusCode != 404 {
 		t.Errorf("a function not (yet) in the serving view: %v %v, want 404", resp, err)

@@ -31,13 +31,9 @@ func TestHealthReadyMetrics(t *testing.T) {
 		t.Errorf("readyz: %d", code)
 	}
 	e.Ensure()
-	e.Srv.ObserveBuild("succeeded", 1500000)
-	e.Srv.ObserveDependencies("python3.11", "cached")
-	e.Srv.ObserveDependencies("python3.11", "failed")
 	code, _, b := e.Raw("GET", "/metrics", "", "", nil)
 	for _, want := range []string{`sless_http_requests_total{code="200",method="POST",route="/v1/namespaces/{ns}/ensure"} 1`,
-		`sless_builds_total{result="succeeded"} 1`, `sless_build_duration_seconds_count{result="succeeded"} 1`, "sless_http_request_duration_seconds_bucket",
-		`sless_dependency_cache_hits_total{runtime="python3.11"} 1`, `sless_dependency_installs_total{result="failed",runtime="python3.11"} 1`} {
+		"sless_http_request_duration_seconds_bucket"} {
 		if code != 200 || !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %s", want)
 		}

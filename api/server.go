@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,13 +19,15 @@ import (
 	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/invoke"
+	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/runspec"
 )
 
 // Defaults of the options below.
 const (
 	DefaultUploadLimit    = 50 << 20
-	DefaultProxyBodyLimit = 6 << 20
+	DefaultProxyBodyLimit = invoke.DefaultBodyLimit
 	DefaultTokenTTL       = 365 * 24 * time.Hour
 )
 
@@ -34,21 +35,17 @@ const (
 type Option func(*options)
 
 type options struct {
-	verifier       *auth.Verifier
-	uploadLimit    int64
-	proxyBodyLimit int64
-	logger         *slog.Logger
-	publicURL      string
-	tempDir        string
-	ready          func(context.Context) error
-	registry       *prometheus.Registry
-	transport      http.RoundTripper
-	dialRetry      time.Duration
-	fnDomain       string
-	uploadRate     float64
-	uploadBurst    int
-	maxHeld        int
-	buildMetrics   *BuildMetrics
+	verifier    *auth.Verifier
+	uploadLimit int64
+	logger      *slog.Logger
+	publicURL   string
+	tempDir     string
+	ready       func(context.Context) error
+	fnDomain    string
+	uploadRate  float64
+	uploadBurst int
+	// invoke configures /fn/ (package invoke).
+	invoke []invoke.Option
 }
 
 // WithVerifier sets how bearer tokens are verified. Required.
@@ -58,7 +55,9 @@ func WithVerifier(v *auth.Verifier) Option { return func(o *options) { o.verifie
 func WithUploadLimit(n int64) Option { return func(o *options) { o.uploadLimit = n } }
 
 // WithProxyBodyLimit bounds a request body sent through /fn/. The default is 6 MiB.
-func WithProxyBodyLimit(n int64) Option { return func(o *options) { o.proxyBodyLimit = n } }
+func WithProxyBodyLimit(n int64) Option {
+	return func(o *options) { o.invoke = append(o.invoke, invoke.WithBodyLimit(n)) }
+}
 
 // WithLogger sets the request log. The default is none: the API is silent unless given a logger.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -79,13 +78,17 @@ func WithReadiness(check func(context.Context) error) Option {
 
 // WithProxyTransport sets the transport to functions. The default keeps 64 idle connections per
 // function and dials with a 5-second timeout.
-func WithProxyTransport(t http.RoundTripper) Option { return func(o *options) { o.transport = t } }
+func WithProxyTransport(t http.RoundTripper) Option {
+	return func(o *options) { o.invoke = append(o.invoke, invoke.WithTransport(t)) }
+}
 
 // WithProxyDialRetry is how long /fn/ keeps retrying a function it cannot connect to (nothing was
 // sent, so any request may be retried), resolving it again each time: an instance just reported
 // ready that is not reachable yet, or one a rollout replaced. The default is 3 seconds; 0 disables
 // it.
-func WithProxyDialRetry(d time.Duration) Option { return func(o *options) { o.dialRetry = d } }
+func WithProxyDialRetry(d time.Duration) Option {
+	return func(o *options) { o.invoke = append(o.invoke, invoke.WithDialRetry(d)) }
+}
 
 // WithUploadRate bounds each namespace's uploads to perMinute on average with bursts of burst
 // (429 throttled with Retry-After beyond), besides at most UploadsInFlight at once. The defaults
@@ -96,33 +99,32 @@ func WithUploadRate(perMinute float64, burst int) Option {
 
 // WithMaxHeld bounds the requests of one function /fn/ holds while every instance is at its
 // concurrency or none is ready yet (default DefaultMaxHeld); beyond it, 429 throttled.
-func WithMaxHeld(n int) Option { return func(o *options) { o.maxHeld = n } }
-
-// WithBuildMetrics counts builds on b (shared with a build pipeline in the same process) instead
-// of a set of the server's own.
-func WithBuildMetrics(b *BuildMetrics) Option { return func(o *options) { o.buildMetrics = b } }
+func WithMaxHeld(n int) Option {
+	return func(o *options) { o.invoke = append(o.invoke, invoke.WithMaxHeld(n)) }
+}
 
 // DefaultMaxHeld is WithMaxHeld's default.
-const DefaultMaxHeld = 100
+const DefaultMaxHeld = invoke.DefaultMaxHeld
 
 // WithFunctionDomain also serves every function at its own origin, https://<name>--<ns>.<domain>/
 // (runspec.FunctionHost), so that one function's pages cannot script another's. No host below
 // domain serves the API. The default "" serves functions under /fn/ only.
 func WithFunctionDomain(domain string) Option {
-	return func(o *options) { o.fnDomain = strings.TrimSuffix(strings.TrimPrefix(domain, "."), ".") }
+	return func(o *options) {
+		o.fnDomain = strings.TrimSuffix(strings.TrimPrefix(domain, "."), ".")
+		o.invoke = append(o.invoke, invoke.WithFunctionDomain(domain))
+	}
 }
 
 // Server is the API. Its Handler serves every route.
 type Server struct {
 	o       options
-	b       Backend
+	b       objects.Backend
 	router  *mux.Router
 	handler http.Handler
-	proxy   *httputil.ReverseProxy
+	fn      *invoke.Proxy // /fn/
 	metrics *metrics
-	view    *ServingView // where /fn/ reads functions and triggers per request
 	uploads *tenantLimits
-	act     *activator.Activator
 	// draining fails /readyz once the replica is told to stop.
 	draining atomic.Bool
 	// drained is closed by Drain: followed log and event streams end.
@@ -134,20 +136,17 @@ type Server struct {
 }
 
 // New makes the API on a backend.
-func New(b Backend, opts ...Option) (*Server, error) {
-	if err := b.validate(); err != nil {
+func New(b objects.Backend, opts ...Option) (*Server, error) {
+	if err := b.Validate(); err != nil {
 		return nil, err
 	}
 	o := options{
-		uploadLimit:    DefaultUploadLimit,
-		proxyBodyLimit: DefaultProxyBodyLimit,
-		publicURL:      "http://127.0.0.1:8080",
-		uploadRate:     DefaultUploadsPerMinute,
-		maxHeld:        DefaultMaxHeld,
-		uploadBurst:    DefaultUploadBurst,
-		ready:          func(context.Context) error { return nil },
+		uploadLimit: DefaultUploadLimit,
+		publicURL:   "http://127.0.0.1:8080",
+		uploadRate:  DefaultUploadsPerMinute,
+		uploadBurst: DefaultUploadBurst,
+		ready:       func(context.Context) error { return nil },
 	}
-	o.dialRetry = 3 * time.Second
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -157,51 +156,20 @@ func New(b Backend, opts ...Option) (*Server, error) {
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
 	}
-	if o.transport == nil {
-		o.transport = &http.Transport{
-			Proxy:                 nil, // functions are reached directly, never through an HTTP proxy
-			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:          1024,
-			MaxIdleConnsPerHost:   64,
-			IdleConnTimeout:       90 * time.Second,
-			ExpectContinueTimeout: time.Second,
-			// A proxy passes bodies through as they are; transparent gzip would decode them.
-			DisableCompression: true,
-		}
-	}
-	s := &Server{o: o, b: b, metrics: newMetrics(o.buildMetrics), view: b.Serving, uploads: newTenantLimits(o.uploadRate, o.uploadBurst),
+	s := &Server{o: o, b: b, metrics: newMetrics(), uploads: newTenantLimits(o.uploadRate, o.uploadBurst),
 		drained: make(chan struct{}), followers: map[string]int{}}
-	if s.view == nil {
-		s.view = &ServingView{Functions: b.Functions, Triggers: b.Triggers}
-	}
-	var src activator.Source = resolverSource{b.Resolver}
-	var aopts []activator.Option
-	if b.Instances != nil {
-		src = b.Instances
-	}
-	if b.Scaler != nil {
-		aopts = append(aopts, activator.WithScaler(b.Scaler))
-	}
-	s.act = activator.New(src, aopts...)
-	s.metrics.reg.MustRegister(newLoadCollector(s.act.Loads, s.view))
-	s.proxy = s.newProxy()
+	s.fn = invoke.New(b, append(o.invoke, invoke.WithMetrics(s.metrics.reg))...)
 	s.router = s.routes()
 	// /fn/ is the hot path: it skips the router's regexp matching of every /v1 route.
-	fn := s.requestID(s.recoverPanics(s.observe(http.HandlerFunc(s.invoke))))
+	fn := s.requestID(s.recoverPanics(s.observe(fnRoute, s.fn)))
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.draining.Load() {
 			// Each client learns with its next answer to go elsewhere, and closes the connection
 			// itself: nothing is closed under a request it is sending.
 			w.Header().Set("Connection", "close")
 		}
-		if s.o.fnDomain != "" {
-			// Checked before the path: on a function's host every path is the function's.
-			if _, _, under, _ := runspec.SplitFunctionHost(s.o.fnDomain, r.Host); under {
-				fn.ServeHTTP(w, r)
-				return
-			}
-		}
-		if strings.HasPrefix(r.URL.Path, "/fn/") {
+		// On a function's host every path is the function's (checked before the path).
+		if s.fn.Serves(r) {
 			fn.ServeHTTP(w, r)
 			return
 		}
@@ -214,24 +182,18 @@ func New(b Backend, opts ...Option) (*Server, error) {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Activator is /fn/'s router and hold queue: its Loads are what the autoscaler decides from.
-func (s *Server) Activator() *activator.Activator { return s.act }
+func (s *Server) Activator() *activator.Activator { return s.fn.Activator() }
+
+// LoadsHandler is /fn/'s load report to the autoscaler (invoke.Proxy.LoadsHandler): serve it on
+// an internal listener only.
+func (s *Server) LoadsHandler(pokes *invoke.Pokes) http.Handler { return s.fn.LoadsHandler(pokes) }
 
 // Invocations is where /fn/ records calls.
-func (s *Server) Invocations() Invocations { return s.b.Invocations }
+func (s *Server) Invocations() objects.Invocations { return s.b.Invocations }
 
-// Metrics is the registry behind /metrics, for a backend to add its own collectors.
+// Metrics is the registry behind /metrics, for a backend to add its own collectors (the build
+// pipeline's, when it runs in the same process).
 func (s *Server) Metrics() *prometheus.Registry { return s.metrics.reg }
-
-// ObserveBuild records a finished build ("succeeded" or "failed") for /metrics.
-func (s *Server) ObserveBuild(result string, d time.Duration) {
-	s.metrics.builds.Observe(result, d)
-}
-
-// ObserveDependencies records what became of a build's dependency layer ("cached", "installed",
-// "failed"; "" records nothing) for /metrics.
-func (s *Server) ObserveDependencies(runtime, outcome string) {
-	s.metrics.builds.ObserveDependencies(runtime, outcome)
-}
 
 // routes is the whole router in one place.
 func (s *Server) routes() *mux.Router {
@@ -243,7 +205,7 @@ func (s *Server) routes() *mux.Router {
 		writeError(w, r, &apiv1.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
 			Message: r.Method + " is not allowed on " + r.URL.EscapedPath()})
 	})
-	r.Use(s.requestID, s.recoverPanics, s.observe)
+	r.Use(s.requestID, s.recoverPanics, func(next http.Handler) http.Handler { return s.observe("", next) })
 
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -256,25 +218,26 @@ func (s *Server) routes() *mux.Router {
 	v1.Use(s.authenticate)
 	v1.HandleFunc("/ensure", s.ensureNamespace).Methods(http.MethodPost)
 	v1.HandleFunc("", s.deleteNamespace).Methods(http.MethodDelete)
-	v1.HandleFunc("/functions", s.listFunctions).Methods(http.MethodGet)
-	v1.HandleFunc("/functions", s.createFunction).Methods(http.MethodPost)
-	v1.HandleFunc("/functions/{name}", s.getFunction).Methods(http.MethodGet)
-	v1.HandleFunc("/functions/{name}", s.updateFunction).Methods(http.MethodPut)
-	v1.HandleFunc("/functions/{name}", s.deleteFunction).Methods(http.MethodDelete)
+	k := s.kinds()
+	v1.HandleFunc("/functions", k.functions.list).Methods(http.MethodGet)
+	v1.HandleFunc("/functions", k.functions.create(s)).Methods(http.MethodPost)
+	v1.HandleFunc("/functions/{name}", k.functions.get).Methods(http.MethodGet)
+	v1.HandleFunc("/functions/{name}", k.functions.put).Methods(http.MethodPut)
+	v1.HandleFunc("/functions/{name}", k.functions.delete).Methods(http.MethodDelete)
 	v1.HandleFunc("/functions/{name}/upload", s.upload).Methods(http.MethodPost)
 	v1.HandleFunc("/functions/{name}/invocations", s.invocations).Methods(http.MethodGet)
 	v1.HandleFunc("/functions/{name}/logs", s.logs).Methods(http.MethodGet)
 	v1.HandleFunc("/functions/{name}/events", s.events).Methods(http.MethodGet)
-	v1.HandleFunc("/triggers", s.listTriggers).Methods(http.MethodGet)
-	v1.HandleFunc("/triggers", s.createTrigger).Methods(http.MethodPost)
-	v1.HandleFunc("/triggers/{name}", s.getTrigger).Methods(http.MethodGet)
+	v1.HandleFunc("/triggers", k.triggers.list).Methods(http.MethodGet)
+	v1.HandleFunc("/triggers", k.triggers.create(s)).Methods(http.MethodPost)
+	v1.HandleFunc("/triggers/{name}", k.triggers.get).Methods(http.MethodGet)
 	v1.HandleFunc("/triggers/{name}", s.patchTrigger).Methods(http.MethodPatch)
-	v1.HandleFunc("/triggers/{name}", s.deleteTrigger).Methods(http.MethodDelete)
-	v1.HandleFunc("/jobs", s.listJobs).Methods(http.MethodGet)
-	v1.HandleFunc("/jobs", s.createJob).Methods(http.MethodPost)
-	v1.HandleFunc("/jobs/{name}", s.getJob).Methods(http.MethodGet)
-	v1.HandleFunc("/jobs/{name}", s.putJob).Methods(http.MethodPut)
-	v1.HandleFunc("/jobs/{name}", s.deleteJob).Methods(http.MethodDelete)
+	v1.HandleFunc("/triggers/{name}", k.triggers.delete).Methods(http.MethodDelete)
+	v1.HandleFunc("/jobs", k.jobs.list).Methods(http.MethodGet)
+	v1.HandleFunc("/jobs", k.jobs.create(s)).Methods(http.MethodPost)
+	v1.HandleFunc("/jobs/{name}", k.jobs.get).Methods(http.MethodGet)
+	v1.HandleFunc("/jobs/{name}", k.jobs.put).Methods(http.MethodPut)
+	v1.HandleFunc("/jobs/{name}", k.jobs.delete).Methods(http.MethodDelete)
 
 	// The public invoke proxy /fn/{ns}/{name}[/…] is dispatched before this router (see New): no
 	// auth (as in the seed); the function decides what it serves.
@@ -345,4 +308,9 @@ func Serve(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Du
 		err = serr
 	}
 	return err
+}
+
+// FunctionURL is the public /fn/ URL of a function.
+func (s *Server) FunctionURL(ns, name string) string {
+	return runspec.FunctionURL(s.o.publicURL, ns, name)
 }

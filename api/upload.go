@@ -15,6 +15,7 @@ import (
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/layers"
+	"github.com/sless-dev/sless/objects"
 )
 
 var zipTypes = map[string]bool{"application/zip": true, "application/x-zip-compressed": true, "application/octet-stream": true}
@@ -97,13 +98,13 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// The same code again changes nothing (no new generation, no build).
-	out, err := s.b.Functions.Update(ctx, ns, name, func(fn *FunctionSpec) error { fn.CodeSHA256 = sum; return nil })
+	out, err := s.b.Functions.Update(ctx, ns, name, func(fn *objects.FunctionSpec) error { fn.CodeSHA256 = sum; return nil })
 	if err != nil {
 		writeError(w, r, notFound("function", name, err))
 		return
 	}
 	s.metrics.uploadBytes.Observe(float64(size))
-	writeJSON(w, http.StatusAccepted, apiv1.UploadResponse{CodeSHA256: sum, Phase: s.functionView(ns, out).Status.Phase})
+	writeJSON(w, http.StatusAccepted, apiv1.UploadResponse{CodeSHA256: sum, Phase: objects.FunctionView(s.o.publicURL, ns, out).Status.Phase})
 }
 
 // storeFailed answers an upload the code store did not take. A store that does not answer

@@ -8,6 +8,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/runspec"
 )
 
@@ -18,8 +19,8 @@ func invalid(format string, args ...any) error {
 // ValidateFunction checks a function as a client sent it and returns the spec to store, defaults
 // filled in. The rules on single fields are apiv1's; what needs more than one field, or the
 // platform's run contract, is checked here.
-func ValidateFunction(f apiv1.Function) (FunctionSpec, error) {
-	spec := FunctionSpec{Name: f.Name, Runtime: f.Runtime, Entrypoint: f.Entrypoint, MemoryMB: f.MemoryMB, TimeoutSec: f.TimeoutSec, EnvVars: f.EnvVars,
+func ValidateFunction(f apiv1.Function) (objects.FunctionSpec, error) {
+	spec := objects.FunctionSpec{Name: f.Name, Runtime: f.Runtime, Entrypoint: f.Entrypoint, MemoryMB: f.MemoryMB, TimeoutSec: f.TimeoutSec, EnvVars: f.EnvVars,
 		MinReplicas: f.MinReplicas, MaxReplicas: f.MaxReplicas, Concurrency: f.Concurrency, IdleTimeoutSec: f.IdleTimeoutSec}
 	if err := apiv1.ValidName("function", f.Name); err != nil {
 		return spec, err
@@ -83,8 +84,8 @@ func ValidateFunction(f apiv1.Function) (FunctionSpec, error) {
 }
 
 // ValidateTrigger checks a trigger and returns the spec to store, defaults filled in.
-func ValidateTrigger(t apiv1.Trigger) (TriggerSpec, error) {
-	spec := TriggerSpec{Name: t.Name, Type: t.Type, FunctionRef: t.FunctionRef, Schedule: t.Schedule, Enabled: t.Enabled}
+func ValidateTrigger(t apiv1.Trigger) (objects.TriggerSpec, error) {
+	spec := objects.TriggerSpec{Name: t.Name, Type: t.Type, FunctionRef: t.FunctionRef, Schedule: t.Schedule, Enabled: t.Enabled}
 	if err := apiv1.ValidName("trigger", t.Name); err != nil {
 		return spec, err
 	}
@@ -111,8 +112,8 @@ func ValidateTrigger(t apiv1.Trigger) (TriggerSpec, error) {
 }
 
 // ValidateJob checks a job and returns the spec to store.
-func ValidateJob(j apiv1.Job) (JobSpec, error) {
-	spec := JobSpec{Name: j.Name, FunctionRef: j.FunctionRef, EventJSON: j.EventJSON, RunID: j.RunID}
+func ValidateJob(j apiv1.Job) (objects.JobSpec, error) {
+	spec := objects.JobSpec{Name: j.Name, FunctionRef: j.FunctionRef, EventJSON: j.EventJSON, RunID: j.RunID}
 	if err := apiv1.ValidName("job", j.Name); err != nil {
 		return spec, err
 	}

@@ -14,10 +14,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/pgstore"
 	"github.com/sless-dev/sless/internal/testenv"
+	"github.com/sless-dev/sless/objects"
 )
 
 // Issue 17's benchmark of the invocation history in PostgreSQL: what recording every /fn/ call
@@ -35,7 +35,7 @@ const (
 type noopInvocations struct{}
 
 func (noopInvocations) Record(context.Context, string, string, apiv1.Invocation) {}
-func (noopInvocations) List(context.Context, string, string, api.InvocationQuery) ([]apiv1.Invocation, error) {
+func (noopInvocations) List(context.Context, string, string, objects.InvocationQuery) ([]apiv1.Invocation, error) {
 	return nil, nil
 }
 func (noopInvocations) Forget(context.Context, string, string) error { return nil }

@@ -22,6 +22,8 @@ import (
 	"github.com/sless-dev/sless/api/memstore"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/ports"
+	"github.com/sless-dev/sless/lifecycle"
+	"github.com/sless-dev/sless/objects"
 )
 
 type fixedResolver struct{ u *url.URL }
@@ -131,7 +133,7 @@ func startHelloPython(ctx context.Context) (*exec.Cmd, string, error) {
 // startAPI serves the API (memstore backend; inv as its invocation history unless nil) on
 // 127.0.0.1 with one Ready function "hello" in namespace bench routed to direct, and returns that
 // function's /fn/ URL and what stops the server. Its code store is under work/code.
-func startAPI(ctx context.Context, work, direct string, inv api.Invocations) (string, func(), error) {
+func startAPI(ctx context.Context, work, direct string, inv objects.Invocations) (string, func(), error) {
 	secret := []byte("bench-secret-bench-secret-bench-secret")
 	v, _ := auth.New(auth.WithHS256Secret(secret))
 	code, _ := codestore.NewDir(filepath.Join(work, "code"))
@@ -152,8 +154,8 @@ func startAPI(ctx context.Context, work, direct string, inv api.Invocations) (st
 	go hs.Serve(ln)
 	ns := apiv1.NamespaceFor("bench")
 	stores.Namespaces.Ensure(ctx, ns)
-	stores.Functions.Create(ctx, ns, api.FunctionSpec{Name: "hello", Runtime: "python3.11"})
-	stores.Functions.SetStatus(ns, "hello", func(s *apiv1.FunctionStatus) { s.Phase = apiv1.PhaseReady })
+	stores.Functions.Create(ctx, ns, objects.FunctionSpec{Name: "hello", Runtime: "python3.11"})
+	stores.Functions.SetStatus(ns, "hello", func(s *lifecycle.FunctionStatus) { s.Phase = apiv1.PhaseReady })
 	return "http://" + ln.Addr().String() + "/fn/" + ns + "/hello", func() { hs.Close() }, nil
 }
 

@@ -9,14 +9,11 @@ import (
 	"time"
 
 	"github.com/sless-dev/sless/activator"
-	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/autoscale"
+	"github.com/sless-dev/sless/lifecycle"
 	"github.com/sless-dev/sless/local/runner"
 	"github.com/sless-dev/sless/runspec"
 )
-
-// scaleMessagePrefix starts the status message of a function whose scale-up a quota stopped.
-const scaleMessagePrefix = "scale-up stopped"
 
 // autoscaler starts and stops each serving function's containers from the load /fn/ sees, with
 // the decider the Kubernetes backend uses too (autoscale): every tick, and at once when /fn/ holds
@@ -290,19 +287,13 @@ func (a *autoscaler) writeStatus(key string) {
 	if !known {
 		desired = ready + starting
 	}
-	ignoreNotFound(p.db.Functions.UpdateStatus(ns, name, 0, func(s *apiv1.FunctionStatus) {
-		s.Replicas, s.DesiredReplicas = ready, desired
-		// /fn/ answers 429 at once instead of holding a request no instance will take.
-		s.ScaleLimited = isLimited
-		if s.Phase != apiv1.PhaseReady {
-			return // the controller's message (a new version building or failing) stands
-		}
-		switch {
-		case isLimited:
-			s.Message = fmt.Sprintf("%s at %d instances by the namespace's quota (sless up --tenant-quota-memory): %s", scaleMessagePrefix, ready, limited)
-		case strings.HasPrefix(s.Message, scaleMessagePrefix):
-			s.Message = ""
-		}
+	msg := ""
+	if isLimited {
+		msg = fmt.Sprintf("scale-up stopped at %d instances by the namespace's quota (sless up --tenant-quota-memory): %s", ready, limited)
+	}
+	// /fn/ answers 429 at once instead of holding a request no instance will take (ScaleLimited).
+	ignoreNotFound(p.db.Functions.UpdateStatus(ns, name, 0, func(s *lifecycle.FunctionStatus) {
+		*s = lifecycle.Next(*s, lifecycle.Scaled{Replicas: ready, Desired: desired, Limited: msg}, time.Now())
 	}))
 }
 

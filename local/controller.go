@@ -9,9 +9,10 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/build"
+	"github.com/sless-dev/sless/lifecycle"
 	"github.com/sless-dev/sless/local/state"
+	"github.com/sless-dev/sless/objects"
 )
 
 // key names one object to reconcile.
@@ -50,10 +51,10 @@ const resyncEvery = 30 * time.Second
 const collectEvery = time.Hour
 
 func newController(p *Platform) *controller {
-	// Backoff from 250 ms to 5 minutes per key (a failing start takes a second or more each time,
-	// so faster retries would only churn containers), under an overall 10/s, burst 100 bucket.
+	// Per key, lifecycle's retry backoff (as on Kubernetes: a failed build is retried on the same
+	// schedule and within the same budget), under an overall 10/s, burst 100 bucket.
 	limiter := workqueue.NewTypedMaxOfRateLimiter(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[key](250*time.Millisecond, 5*time.Minute),
+		workqueue.NewTypedItemExponentialFailureRateLimiter[key](lifecycle.RetryBase, lifecycle.RetryMax),
 		&workqueue.TypedBucketRateLimiter[key]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
 	)
 	c := &controller{p: p, queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[key]{Name: "sless-up"})}
@@ -186,7 +187,7 @@ func (c *controller) work(ctx context.Context) {
 		case errors.As(err, &again):
 			c.queue.Forget(k)
 			c.queue.AddAfter(k, time.Duration(again))
-		case err == nil || errors.Is(err, api.ErrNotFound):
+		case err == nil || errors.Is(err, objects.ErrNotFound):
 			c.queue.Forget(k)
 		case ctx.Err() == nil:
 			c.p.log.Error("reconcile", "kind", k.kind, "namespace", k.ns, "name", k.name, "error", err)

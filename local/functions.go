@@ -1,26 +1,28 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/build"
+	"github.com/sless-dev/sless/lifecycle"
 	"github.com/sless-dev/sless/local/runner"
 	"github.com/sless-dev/sless/local/state"
+	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/runspec"
 )
 
 // reconcileFunction moves a function toward what its spec asks for: built from its current code,
-// running (unless its http triggers switch it off) in a healthy container the proxy routes to.
+// running (unless its http triggers switch it off) in a healthy container the proxy routes to. Its
+// status moves only through package lifecycle's state machine, as on Kubernetes.
 func (c *controller) reconcileFunction(ctx context.Context, ns, name string) error {
 	p := c.p
 	obj, err := p.db.Functions.Get(ctx, ns, name)
-	if errors.Is(err, api.ErrNotFound) {
+	if errors.Is(err, objects.ErrNotFound) {
 		return c.cleanupFunction(ctx, ns, name)
 	}
 	if err != nil {
@@ -28,72 +30,60 @@ func (c *controller) reconcileFunction(ctx context.Context, ns, name string) err
 	}
 	// The status describes the generation read here; a spec that moved on meanwhile keeps
 	// showing Pending until its own reconcile.
-	setStatus := func(f func(*apiv1.FunctionStatus)) error {
-		return ignoreNotFound(p.db.Functions.UpdateStatus(ns, name, obj.Generation, f))
-	}
+	st := status{db: p.db, ns: ns, name: name, generation: obj.Generation}
+	apply := st.apply
 	if obj.Spec.CodeSHA256 == "" {
-		return setStatus(func(s *apiv1.FunctionStatus) {
-			s.Phase, s.Message = apiv1.PhasePending, "waiting for code: upload a zip"
-		})
+		return apply(lifecycle.WaitingForCode{})
 	}
-	image, err := c.ensureBuilt(ctx, ns, obj.Spec, setStatus)
+	image, err := c.ensureBuilt(ctx, ns, obj, apply)
 	if err != nil || image == "" {
 		return err
 	}
-	return c.ensureRunning(ctx, ns, obj.Spec, image, setStatus)
+	return c.ensureRunning(ctx, ns, obj.Spec, image, st)
+}
+
+// status moves one function's status through the lifecycle, as of the generation read.
+type status struct {
+	db         *state.DB
+	ns, name   string
+	generation int64
+}
+
+func (s status) apply(e lifecycle.Event) error {
+	return s.applyTo(func(lifecycle.FunctionStatus) lifecycle.Event { return e })
+}
+
+// applyTo applies the event f makes of the stored status.
+func (s status) applyTo(f func(lifecycle.FunctionStatus) lifecycle.Event) error {
+	return ignoreNotFound(s.db.Functions.UpdateStatus(s.ns, s.name, s.generation, func(st *lifecycle.FunctionStatus) {
+		*st = lifecycle.Next(*st, f(*st), time.Now())
+	}))
 }
 
 // ensureBuilt returns the image of the spec's current build, building it when the build key
 // changed. "" without an error: this build failed through the function's own fault (its status
 // says why) and is not retried until the key changes.
-func (c *controller) ensureBuilt(ctx context.Context, ns string, spec api.FunctionSpec, setStatus func(func(*apiv1.FunctionStatus)) error) (string, error) {
-	p := c.p
-	b, err := p.db.Build(ns, spec.Name)
+func (c *controller) ensureBuilt(ctx context.Context, ns string, obj objects.Function, apply func(lifecycle.Event) error) (string, error) {
+	p, spec := c.p, obj.Spec
+	req := build.Request{Namespace: ns, Function: spec.Name, Runtime: spec.Runtime, Entrypoint: spec.Entrypoint, CodeSHA256: spec.CodeSHA256}
+	k := c.pipeline.Key(req)
+	st, err := c.adoptBuildRecord(ns, obj, req, k)
 	if err != nil {
 		return "", err
 	}
-	req := build.Request{Namespace: ns, Function: spec.Name, Runtime: spec.Runtime, Entrypoint: spec.Entrypoint, CodeSHA256: spec.CodeSHA256}
-	k := c.pipeline.Key(req)
-	if b.Legacy != "" || b.LegacyFailed != "" {
-		// Built by an earlier sless up: its identity of the same inputs becomes the key, so an
-		// upgrade rebuilds nothing.
-		runtimeImage, _ := c.pipeline.RuntimeImage(spec.Runtime)
-		legacy := state.LegacyKey(spec.CodeSHA256, spec.Runtime, spec.Entrypoint, runtimeImage)
-		if b.Legacy == legacy {
-			b.Key = k
-		}
-		if b.LegacyFailed == legacy {
-			b.FailedKey = k
-		}
-		b.Legacy, b.LegacyFailed = "", ""
-		if err := p.db.PutBuild(ns, spec.Name, b); err != nil {
-			return "", err
-		}
+	if st.Image != "" && st.BuildKey == k {
+		return st.Image, nil
 	}
-	if b.Image != "" && b.Key == k {
-		return b.Image, nil
+	if !st.BuildDue(k) {
+		return "", nil // this exact build failed already; a new upload or spec change retries
 	}
-	if b.FailedKey == k {
-		// This exact build failed already; a new upload or spec change retries.
-		return "", setStatus(func(s *apiv1.FunctionStatus) {
-			if s.Phase != apiv1.PhaseFailed {
-				s.Phase, s.Message = apiv1.PhaseFailed, "the last build of this code failed; upload a fix"
-			}
-		})
-	}
-	if err := setStatus(func(s *apiv1.FunctionStatus) {
-		s.Phase, s.Message = apiv1.PhaseBuilding, ""
-		built(s, "False", apiv1.ReasonBuilding, "building the image of code "+spec.CodeSHA256[:min(12, len(spec.CodeSHA256))])
-	}); err != nil {
+	if err := apply(lifecycle.BuildStarted{Key: k, CodeSHA256: spec.CodeSHA256}); err != nil {
 		return "", err
 	}
 	res, err := c.pipeline.Build(ctx, req)
 	if pe, ok := errors.AsType[*build.PendingError](err); ok {
 		// No build slot free (this tenant's, or any): look again soon, without holding a worker.
-		if err := setStatus(func(s *apiv1.FunctionStatus) {
-			s.Phase, s.Message = apiv1.PhaseBuilding, pe.Reason
-			built(s, "False", apiv1.ReasonBuilding, pe.Reason)
-		}); err != nil {
+		if err := apply(lifecycle.BuildPending{Dependencies: pe.Dependencies, Reason: pe.Reason}); err != nil {
 			return "", err
 		}
 		return "", requeueAfter(pe.RetryAfter)
@@ -103,57 +93,80 @@ func (c *controller) ensureBuilt(ctx context.Context, ns string, spec api.Functi
 			return "", ctx.Err() // stopping: the next start builds again
 		}
 		user := build.IsUserError(err)
-		if user {
-			// This code will fail the same way again: do not retry it until it changes.
-			b.FailedKey = k
-			if err := p.db.PutBuild(ns, spec.Name, b); err != nil {
-				return "", err
-			}
-		}
-		if err := setStatus(func(s *apiv1.FunctionStatus) {
-			s.Phase, s.Message = apiv1.PhaseFailed, build.Message(err)
-			built(s, "False", apiv1.ReasonFailed, build.Message(err))
-		}); err != nil {
+		if err := apply(lifecycle.BuildFailed{Key: k, Message: build.Message(err), User: user}); err != nil {
 			return "", err
 		}
 		if user {
 			p.log.Info("build failed", "namespace", ns, "function", spec.Name, "error", err)
 			return "", nil
 		}
+		// The work queue retries it with lifecycle's backoff.
 		return "", fmt.Errorf("building %s/%s: %w", ns, spec.Name, err)
 	}
-	b.Key, b.Image, b.FailedKey, b.Images = res.Key, res.Image, "", append(b.Images, res.Image)
+	b, err := p.db.Build(ns, spec.Name)
+	if err != nil {
+		return "", err
+	}
+	b.Images = append(b.Images, res.Image)
 	if err := p.db.PutBuild(ns, spec.Name, b); err != nil {
 		return "", err
 	}
-	now := time.Now().UTC().Truncate(time.Second)
-	if err := setStatus(func(s *apiv1.FunctionStatus) {
-		s.Image, s.LastBuiltAt, s.Message = res.Image, &now, "built; starting"
-		built(s, "True", apiv1.ReasonBuilt, res.Image)
-		s.Build = &apiv1.BuildInfo{DurationMS: res.Duration.Milliseconds(), DepsKey: res.DepsKey, DepsCached: res.DepsCached, DepsWarning: res.DepsWarning}
-	}); err != nil {
+	if err := apply(lifecycle.BuildSucceeded{Key: res.Key, CodeSHA256: spec.CodeSHA256, Image: res.Image,
+		Info: apiv1.BuildInfo{DurationMS: res.Duration.Milliseconds(), DepsKey: res.DepsKey, DepsCached: res.DepsCached, DepsWarning: res.DepsWarning}}); err != nil {
 		return "", err
 	}
 	c.enqueueJobsOf(ns, spec.Name)
 	return res.Image, nil
 }
 
+// adoptBuildRecord carries over what an earlier sless up kept of the function's build beside its
+// status (the build key, the failure latch and the image in the build record; before that, a
+// build identity of its own), so that an upgrade rebuilds nothing. It returns the status.
+func (c *controller) adoptBuildRecord(ns string, obj objects.Function, req build.Request, k string) (lifecycle.FunctionStatus, error) {
+	p, spec, st := c.p, obj.Spec, obj.Status
+	b, err := p.db.Build(ns, spec.Name)
+	if err != nil || (b.Legacy == "" && b.LegacyFailed == "" && b.Key == "" && b.FailedKey == "" && b.Image == "") {
+		return st, err
+	}
+	if b.Legacy != "" || b.LegacyFailed != "" {
+		runtimeImage, _ := c.pipeline.RuntimeImage(spec.Runtime)
+		legacy := state.LegacyKey(spec.CodeSHA256, spec.Runtime, spec.Entrypoint, runtimeImage)
+		if b.Legacy == legacy {
+			b.Key = k
+		}
+		if b.LegacyFailed == legacy {
+			b.FailedKey = k
+		}
+	}
+	err = p.db.Functions.UpdateStatus(ns, spec.Name, 0, func(s *lifecycle.FunctionStatus) {
+		if s.BuildKey == "" && b.Key != "" {
+			s.BuildKey, s.Image = b.Key, cmp.Or(s.Image, b.Image)
+		}
+		if s.FailedBuildKey == "" {
+			s.FailedBuildKey = b.FailedKey
+		}
+		st = *s
+	})
+	if err != nil {
+		return st, ignoreNotFound(err)
+	}
+	b.Legacy, b.LegacyFailed, b.Key, b.FailedKey, b.Image = "", "", "", "", ""
+	return st, p.db.PutBuild(ns, spec.Name, b)
+}
+
 // ensureRunning runs image as the function's container (a new one beside the old, which goes once
 // /fn/ switched), or none when its http triggers switch it off.
-func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.FunctionSpec, image string, setStatus func(func(*apiv1.FunctionStatus)) error) error {
-	p := c.p
+func (c *controller) ensureRunning(ctx context.Context, ns string, spec objects.FunctionSpec, image string, st status) error {
+	p, apply := c.p, st.apply
 	triggers, err := p.db.Triggers.List(ctx, ns)
 	if err != nil {
 		return err
 	}
 	grace := runspec.GraceSec(spec.TimeoutSec) + 3
-	if off, names := runspec.DisabledBy(api.WireTriggers(triggers), spec.Name); off {
+	if off, names := runspec.DisabledBy(objects.WireTriggers(triggers), spec.Name); off {
 		p.run.Stop(ctx, ns, spec.Name, "", grace)
 		c.scaler.forget(ns, spec.Name)
-		return setStatus(func(s *apiv1.FunctionStatus) {
-			s.Phase, s.Message = apiv1.PhaseReady, "stopped: disabled by trigger "+strings.Join(names, ", ")
-			s.Replicas, s.DesiredReplicas = 0, 0
-		})
+		return apply(lifecycle.Disabled{Triggers: names})
 	}
 	f, err := p.runnerFunction(ns, spec, image)
 	if err != nil {
@@ -178,10 +191,7 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 		events := c.pipeline.Events()
 		events.Record(ctx, ns, spec.Name, apiv1.Event{Reason: apiv1.ReasonStarting, CodeSHA256: spec.CodeSHA256,
 			Message: "starting the first instance of " + image})
-		if err := setStatus(func(s *apiv1.FunctionStatus) {
-			apiv1.SetCondition(&s.Conditions, apiv1.Condition{Type: apiv1.ConditionReady, Status: "False", Reason: apiv1.ReasonStarting,
-				Message: "starting the first instance of " + image})
-		}); err != nil {
+		if err := apply(lifecycle.Starting{Image: image}); err != nil {
 			return err
 		}
 		inst, err := p.run.Serve(ctx, f)
@@ -189,10 +199,7 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 			// The previous version, if any, keeps serving; the start is retried with backoff.
 			events.Record(ctx, ns, spec.Name, apiv1.Event{Type: apiv1.EventWarning, Reason: apiv1.ReasonFailed, CodeSHA256: spec.CodeSHA256,
 				Message: "start failed: " + err.Error()})
-			if serr := setStatus(func(s *apiv1.FunctionStatus) {
-				s.Phase, s.Message = apiv1.PhaseFailed, err.Error()
-				apiv1.SetCondition(&s.Conditions, apiv1.Condition{Type: apiv1.ConditionReady, Status: "False", Reason: apiv1.ReasonFailed, Message: "start failed: " + err.Error()})
-			}); serr != nil {
+			if serr := apply(lifecycle.StartFailed{Message: err.Error()}); serr != nil {
 				return serr
 			}
 			return fmt.Errorf("starting %s/%s: %w", ns, spec.Name, err)
@@ -209,13 +216,8 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec api.Func
 	}
 	c.scaler.poke(ns, spec.Name) // scale the version to what its load and min_replicas ask for
 	ready, starting := p.run.Scale(ns, spec.Name)
-	return setStatus(func(s *apiv1.FunctionStatus) {
-		s.Phase, s.Image = apiv1.PhaseReady, image
-		apiv1.SetCondition(&s.Conditions, apiv1.Condition{Type: apiv1.ConditionReady, Status: "True", Reason: apiv1.ReasonReady, Message: "serving " + image})
-		if s.Message != "" && !strings.HasPrefix(s.Message, scaleMessagePrefix) {
-			s.Message = ""
-		}
-		s.Replicas, s.DesiredReplicas = ready, max(s.DesiredReplicas, ready+starting)
+	return st.applyTo(func(s lifecycle.FunctionStatus) lifecycle.Event {
+		return lifecycle.Ready{Image: image, Replicas: ready, Desired: max(s.DesiredReplicas, ready+starting)}
 	})
 }
 
@@ -244,7 +246,7 @@ func (c *controller) collectImages(ctx context.Context, ns, name, image string) 
 		p.log.Info("deleted earlier images", "namespace", ns, "function", name, "images", len(deleted))
 	}
 	b, err := p.db.Build(ns, name)
-	if err == nil && b.Image == image {
+	if err == nil {
 		b.Images = []string{image}
 		err = p.db.PutBuild(ns, name, b)
 	}
@@ -301,7 +303,7 @@ func (c *controller) cleanupFunction(ctx context.Context, ns, name string) error
 }
 
 func ignoreNotFound(err error) error {
-	if errors.Is(err, api.ErrNotFound) {
+	if errors.Is(err, objects.ErrNotFound) {
 		return nil // deleted meanwhile; the delete reconciles next
 	}
 	return err
@@ -310,13 +312,8 @@ func ignoreNotFound(err error) error {
 // runnerFunction is what the runner runs for ns's function spec at image: in the tenant's own
 // range of host uids (allocated on its first container), so that one tenant's processes never
 // count against another's limits.
-func (p *Platform) runnerFunction(ns string, spec api.FunctionSpec, image string) (runner.Function, error) {
+func (p *Platform) runnerFunction(ns string, spec objects.FunctionSpec, image string) (runner.Function, error) {
 	base, err := p.db.UIDBase(ns)
 	return runner.Function{Namespace: ns, Name: spec.Name, Image: image, Env: spec.EnvVars, TimeoutSec: spec.TimeoutSec,
 		MemoryMB: spec.MemoryMB, IDBase: base}, err
-}
-
-// built sets the Built condition.
-func built(s *apiv1.FunctionStatus, status, reason, msg string) {
-	apiv1.SetCondition(&s.Conditions, apiv1.Condition{Type: apiv1.ConditionBuilt, Status: status, Reason: reason, Message: msg})
 }

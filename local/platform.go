@@ -20,7 +20,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/sless-dev/sless/activator"
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/autoscale"
 	"github.com/sless-dev/sless/build"
@@ -34,6 +33,7 @@ import (
 	"github.com/sless-dev/sless/local/runner"
 	"github.com/sless-dev/sless/local/runtimeimages"
 	"github.com/sless-dev/sless/local/state"
+	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/oci"
 	"github.com/sless-dev/sless/runspec"
 )
@@ -62,11 +62,8 @@ type Config struct {
 	IndexHosts []string
 	// Subnet is the instance's /24 for its networks (local/network); zero picks a free one.
 	Subnet netip.Prefix
-	// ObserveBuild hears every finished build ("succeeded" or "failed"), for metrics.
-	ObserveBuild func(result string, d time.Duration)
-	// ObserveDependencies hears what became of each finished build's dependency layer ("cached",
-	// "installed", "failed"), for metrics.
-	ObserveDependencies func(runtime, outcome string)
+	// ObserveBuild hears every finished build, for metrics (build.Metrics.Observe).
+	ObserveBuild func(build.Observation)
 	// Logger receives the platform's log (default: none); Progress the slow first-start steps
 	// for a human (default: none).
 	Logger   *slog.Logger
@@ -202,8 +199,8 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 }
 
 // Backend is what the API serves from.
-func (p *Platform) Backend() api.Backend {
-	return api.Backend{Namespaces: &namespaces{Namespaces: p.db.Namespaces, p: p}, Functions: p.db.Functions, Triggers: p.db.Triggers,
+func (p *Platform) Backend() objects.Backend {
+	return objects.Backend{Namespaces: &namespaces{Namespaces: p.db.Namespaces, p: p}, Functions: p.db.Functions, Triggers: p.db.Triggers,
 		Jobs: p.db.Jobs, Invocations: p.db.Invocations, Code: p.code, Resolver: p.run, Instances: source{p.run, p.ctrl.scaler}, Scaler: p.ctrl.scaler,
 		Logs: p.run}
 }
@@ -360,12 +357,9 @@ func (n *namespaces) Delete(ctx context.Context, ns string) error {
 	return nil
 }
 
-// observeBuild passes a finished build on to the configured observers.
+// observeBuild passes a finished build on to the configured observer.
 func (p *Platform) observeBuild(o build.Observation) {
 	if p.cfg.ObserveBuild != nil {
-		p.cfg.ObserveBuild(o.Result, o.Duration)
-	}
-	if p.cfg.ObserveDependencies != nil && o.Dependencies != "" {
-		p.cfg.ObserveDependencies(o.Runtime, o.Dependencies)
+		p.cfg.ObserveBuild(o)
 	}
 }

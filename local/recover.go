@@ -24,8 +24,8 @@ func (c *controller) recover(ctx context.Context) error {
 			known[ns+"/"+f.Spec.Name] = true
 			// A container that runs this function's current build serves at once: /fn/ answers from
 			// the moment the platform is ready, before the controller gets to the function.
-			if b, err := p.db.Build(ns, f.Spec.Name); err == nil && b.Image != "" && f.Spec.CodeSHA256 != "" {
-				if rf, err := p.runnerFunction(ns, f.Spec, b.Image); err == nil {
+			if f.Status.Image != "" && f.Spec.CodeSHA256 != "" {
+				if rf, err := p.runnerFunction(ns, f.Spec, f.Status.Image); err == nil {
 					adopt = append(adopt, rf)
 				}
 			}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/robfig/cron/v3"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/local/runner"
+	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/runspec"
 )
 
@@ -127,7 +127,7 @@ func (s *scheduler) pass(ctx context.Context) {
 	}
 }
 
-func (s *scheduler) fire(ctx context.Context, ns string, t api.Trigger, due time.Time) {
+func (s *scheduler) fire(ctx context.Context, ns string, t objects.Trigger, due time.Time) {
 	p := s.c.p
 	name := t.Spec.Name
 	k := ns + "/" + name
@@ -137,14 +137,13 @@ func (s *scheduler) fire(ctx context.Context, ns string, t api.Trigger, due time
 		return p.db.Triggers.UpdateStatus(ns, name, 0, func(st *apiv1.TriggerStatus) { st.LastScheduleTime = &dueUTC })
 	}
 	fn, err := p.db.Functions.Get(ctx, ns, t.Spec.FunctionRef)
-	b, _ := p.db.Build(ns, t.Spec.FunctionRef)
-	if err != nil || b.Image == "" {
+	if err != nil || fn.Status.Image == "" {
 		if consume() == nil {
 			p.log.Warn("cron: function not built; skipped", "trigger", k, "function", t.Spec.FunctionRef)
 		}
 		return
 	}
-	rf, err := s.c.p.runnerFunction(ns, fn.Spec, b.Image)
+	rf, err := s.c.p.runnerFunction(ns, fn.Spec, fn.Status.Image)
 	if err != nil {
 		if consume() == nil {
 			s.c.p.log.Error("cron run not started", "namespace", ns, "trigger", name, "error", err)

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/lifecycle"
 	"github.com/sless-dev/sless/local/runner"
 	"github.com/sless-dev/sless/local/state"
+	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/runspec"
 )
 
@@ -20,12 +21,9 @@ func (c *controller) reconcileTrigger(ctx context.Context, ns, name string) erro
 	if err != nil {
 		return err
 	}
-	active := t.Spec.Enabled == nil || *t.Spec.Enabled
-	if t.Spec.Type == apiv1.TriggerCron {
-		if b, err := c.p.db.Build(ns, t.Spec.FunctionRef); err != nil || b.Image == "" {
-			active = false // the function's build enqueues its cron triggers (enqueueJobsOf)
-		}
-	}
+	// The function's build enqueues its cron triggers (enqueueJobsOf).
+	fn, err := c.p.db.Functions.Get(ctx, ns, t.Spec.FunctionRef)
+	active := lifecycle.TriggerActive(objects.WireTrigger(t), err == nil && fn.Status.Image != "")
 	return ignoreNotFound(c.p.db.Triggers.UpdateStatus(ns, name, t.Generation, func(s *apiv1.TriggerStatus) { s.Active = active }))
 }
 
@@ -55,7 +53,7 @@ func jobContainer(ns, job string, runID int64) string {
 func (c *controller) reconcileJob(ctx context.Context, ns, jname string) error {
 	p := c.p
 	job, err := p.db.Jobs.Get(ctx, ns, jname)
-	if errors.Is(err, api.ErrNotFound) {
+	if errors.Is(err, objects.ErrNotFound) {
 		p.run.RemoveWhere(ctx, 5, func(ct runner.Container) bool {
 			return ct.Labels[runspec.LabelRole] == string(runspec.RoleJob) && ct.Labels[runspec.LabelNamespace] == ns && ct.Labels[runspec.LabelJob] == jname
 		})
@@ -65,21 +63,21 @@ func (c *controller) reconcileJob(ctx context.Context, ns, jname string) error {
 		return err
 	}
 	spec, gen := job.Spec, job.Generation
-	setStatus := func(f func(*apiv1.JobStatus)) error { return ignoreNotFound(p.db.Jobs.UpdateStatus(ns, jname, gen, f)) }
-	switch {
-	case spec.RunID == 0:
-		return setStatus(func(s *apiv1.JobStatus) { s.Phase = apiv1.JobSkipped })
-	case spec.RunID <= job.Status.LastRunID:
-		return setStatus(func(*apiv1.JobStatus) {}) // this run happened (or runs): nothing to do
+	apply := func(e lifecycle.JobEvent) error {
+		return ignoreNotFound(p.db.Jobs.UpdateStatus(ns, jname, gen, func(s *apiv1.JobStatus) { *s = lifecycle.NextJob(*s, e, time.Now()) }))
+	}
+	switch lifecycle.NextRun(spec.RunID, job.Status) {
+	case lifecycle.JobSkip:
+		return apply(lifecycle.RunSkipped{})
+	case lifecycle.JobNothing:
+		// This run happened (or runs): nothing to do but say the spec is seen.
+		return ignoreNotFound(p.db.Jobs.UpdateStatus(ns, jname, gen, func(*apiv1.JobStatus) {}))
 	}
 	fn, err := p.db.Functions.Get(ctx, ns, spec.FunctionRef)
-	b, _ := p.db.Build(ns, spec.FunctionRef)
-	if err != nil || b.Image == "" {
-		return setStatus(func(s *apiv1.JobStatus) {
-			*s = apiv1.JobStatus{Phase: apiv1.JobPending, Message: fmt.Sprintf("waiting for function %q to be built", spec.FunctionRef), LastRunID: s.LastRunID}
-		})
+	if err != nil || fn.Status.Image == "" {
+		return apply(lifecycle.RunWaiting{Message: fmt.Sprintf("waiting for function %q to be built", spec.FunctionRef)})
 	}
-	rf, err := p.runnerFunction(ns, fn.Spec, b.Image)
+	rf, err := p.runnerFunction(ns, fn.Spec, fn.Status.Image)
 	if err != nil {
 		return err
 	}
@@ -92,24 +90,16 @@ func (c *controller) reconcileJob(ctx context.Context, ns, jname string) error {
 		if !ok {
 			return err
 		}
-		now := time.Now().UTC().Truncate(time.Second)
 		if qe.Never() {
 			// Waiting would not help: this run is over; a higher run_id tries again.
-			return setStatus(func(s *apiv1.JobStatus) {
-				*s = apiv1.JobStatus{Phase: apiv1.JobFailed, Message: qe.Error(), LastRunID: runID, StartTime: &now, CompletionTime: &now}
-			})
+			return apply(lifecycle.RunRefused{RunID: runID, Message: qe.Error()})
 		}
-		if err := setStatus(func(s *apiv1.JobStatus) {
-			*s = apiv1.JobStatus{Phase: apiv1.JobPending, Message: "waiting to start: " + qe.Error(), LastRunID: s.LastRunID}
-		}); err != nil {
+		if err := apply(lifecycle.RunWaiting{Message: "waiting to start: " + qe.Error()}); err != nil {
 			return err
 		}
 		return requeueAfter(quotaRecheck) // a run that ends enqueues the waiting ones sooner
 	}
-	now := time.Now().UTC().Truncate(time.Second)
-	if err := setStatus(func(s *apiv1.JobStatus) {
-		*s = apiv1.JobStatus{Phase: apiv1.JobRunning, LastRunID: runID, StartTime: &now}
-	}); err != nil {
+	if err := apply(lifecycle.RunStarted{RunID: runID}); err != nil {
 		p.run.Release(run.Container)
 		return err
 	}
@@ -141,16 +131,8 @@ func (c *controller) enqueueWaiting(ns string) {
 }
 
 func (c *controller) finishJob(ns, jname string, runID int64, out runner.Outcome) {
-	done := time.Now().UTC().Truncate(time.Second)
 	c.p.db.Jobs.UpdateStatus(ns, jname, 0, func(s *apiv1.JobStatus) {
-		if s.LastRunID != runID {
-			return // a newer run took over
-		}
-		s.Phase = apiv1.JobFailed
-		if out.OK {
-			s.Phase = apiv1.JobSucceeded
-		}
-		s.Message, s.CompletionTime = out.Message, &done
+		*s = lifecycle.NextJob(*s, lifecycle.RunFinished{RunID: runID, OK: out.OK, Message: out.Message}, time.Now())
 	})
 	c.enqueueWaiting(ns)
 }

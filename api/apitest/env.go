@@ -24,31 +24,33 @@ import (
 	"github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/api/memstore"
 	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/lifecycle"
+	"github.com/sless-dev/sless/objects"
 )
 
 // Backend is a backend under test.
 type Backend struct {
 	Name string
 	// New returns fresh stores on code and resolver, and the controller that writes their status.
-	New func(t testing.TB, code codestore.Store, resolver api.Resolver) (api.Backend, Controller)
+	New func(t testing.TB, code codestore.Store, resolver objects.Resolver) (objects.Backend, Controller)
 }
 
 // Controller writes status as the backend's controller does (marking the current generation
 // observed).
 type Controller interface {
-	SetFunctionStatus(ns, name string, f func(*apiv1.FunctionStatus)) error
+	SetFunctionStatus(ns, name string, f func(*lifecycle.FunctionStatus)) error
 	SetJobStatus(ns, name string, f func(*apiv1.JobStatus)) error
 }
 
 // Memstore is the in-memory backend of unit tests.
-var Memstore = Backend{Name: "memstore", New: func(t testing.TB, code codestore.Store, r api.Resolver) (api.Backend, Controller) {
+var Memstore = Backend{Name: "memstore", New: func(t testing.TB, code codestore.Store, r objects.Resolver) (objects.Backend, Controller) {
 	b, st := memstore.Backend(code, r)
 	return b, memController{st}
 }}
 
 type memController struct{ st *memstore.Stores }
 
-func (m memController) SetFunctionStatus(ns, name string, f func(*apiv1.FunctionStatus)) error {
+func (m memController) SetFunctionStatus(ns, name string, f func(*lifecycle.FunctionStatus)) error {
 	return m.st.Functions.SetStatus(ns, name, f)
 }
 
@@ -76,14 +78,14 @@ func (r *Resolver) Set(ns, name, raw string) {
 	r.mu.Unlock()
 }
 
-// Resolve implements api.Resolver.
+// Resolve implements objects.Resolver.
 func (r *Resolver) Resolve(_ context.Context, ns, name string) (*url.URL, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if u, ok := r.m[ns+"/"+name]; ok {
 		return u, nil
 	}
-	return nil, &api.NotReadyError{Reason: "no instance running"}
+	return nil, &objects.NotReadyError{Reason: "no instance running"}
 }
 
 // Env is an API server on a backend, and a client of one tenant.
@@ -91,7 +93,7 @@ type Env struct {
 	T        testing.TB
 	URL      string
 	Srv      *api.Server
-	Be       api.Backend
+	Be       objects.Backend
 	Ctrl     Controller
 	Subject  string
 	CodeDir  string
@@ -215,7 +217,7 @@ func (e *Env) Function(name string) *apiv1.Function {
 // Ready marks a function Ready (the backend's job) and routes it to upstream.
 func (e *Env) Ready(name, upstream string) {
 	e.T.Helper()
-	if err := e.Ctrl.SetFunctionStatus(e.NS, name, func(s *apiv1.FunctionStatus) { s.Phase = apiv1.PhaseReady }); err != nil {
+	if err := e.Ctrl.SetFunctionStatus(e.NS, name, func(s *lifecycle.FunctionStatus) { s.Phase = apiv1.PhaseReady }); err != nil {
 		e.T.Fatal(err)
 	}
 	e.Resolver.Set(e.NS, name, upstream)

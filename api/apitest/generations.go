@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/lifecycle"
 )
 
 // The API writes specs only and derives Pending from a generation the controller has not observed:
@@ -25,7 +26,7 @@ func testGenerationsAndStatus(t *testing.T, bk Backend) {
 	created := o.Generation
 
 	// The controller catches up: its status shows as it is.
-	if err := e.Ctrl.SetFunctionStatus(e.NS, "gen", func(s *apiv1.FunctionStatus) {
+	if err := e.Ctrl.SetFunctionStatus(e.NS, "gen", func(s *lifecycle.FunctionStatus) {
 		s.Phase, s.Image = apiv1.PhaseReady, "registry.test/ns/gen@sha256:"+string(bytes.Repeat([]byte("a"), 64))
 	}); err != nil {
 		t.Fatal(err)
@@ -72,7 +73,7 @@ func testGenerationsAndStatus(t *testing.T, bk Backend) {
 	if o, _ = e.Be.Functions.Get(ctx, e.NS, "gen"); o.Generation <= uploaded {
 		t.Errorf("generation %d after an env change, want above %d", o.Generation, uploaded)
 	}
-	if err := e.Ctrl.SetFunctionStatus(e.NS, "gen", func(s *apiv1.FunctionStatus) { s.Phase = apiv1.PhaseReady }); err != nil {
+	if err := e.Ctrl.SetFunctionStatus(e.NS, "gen", func(s *lifecycle.FunctionStatus) { s.Phase = apiv1.PhaseReady }); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := e.C.GetFunction(ctx, "gen"); got.Status.Phase != apiv1.PhaseReady || got.EnvVars["A"] != "1" {

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/fnlog"
+	"github.com/sless-dev/sless/objects"
 )
 
-// FakeLogs is an api.Logs whose instances and lines the test makes: kept lines per instance, and
+// FakeLogs is an objects.Logs whose instances and lines the test makes: kept lines per instance, and
 // for a running one a channel the test sends new lines on.
 type FakeLogs struct {
 	mu     sync.Mutex
@@ -25,7 +25,7 @@ type FakeLogs struct {
 }
 
 type fakeInstance struct {
-	api.LogInstance
+	objects.LogInstance
 	lines []apiv1.LogLine
 	live  chan apiv1.LogLine
 }
@@ -40,7 +40,7 @@ func NewFakeLogs() *FakeLogs {
 func (f *FakeLogs) Add(ns, name, id string, stopped bool, lines ...apiv1.LogLine) chan<- apiv1.LogLine {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	in := &fakeInstance{LogInstance: api.LogInstance{ID: id, Stopped: stopped}, lines: lines}
+	in := &fakeInstance{LogInstance: objects.LogInstance{ID: id, Stopped: stopped}, lines: lines}
 	if !stopped {
 		in.live = make(chan apiv1.LogLine, 16)
 	}
@@ -55,19 +55,19 @@ func (f *FakeLogs) Active() int {
 	return f.active
 }
 
-// LogInstances implements api.Logs.
-func (f *FakeLogs) LogInstances(_ context.Context, ns, name string) ([]api.LogInstance, error) {
+// LogInstances implements objects.Logs.
+func (f *FakeLogs) LogInstances(_ context.Context, ns, name string) ([]objects.LogInstance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []api.LogInstance
+	var out []objects.LogInstance
 	for _, in := range f.insts[ns+"/"+name] {
 		out = append(out, in.LogInstance)
 	}
 	return out, nil
 }
 
-// ReadLog implements api.Logs.
-func (f *FakeLogs) ReadLog(ctx context.Context, ns, name string, inst api.LogInstance, q api.LogQuery, emit func(apiv1.LogLine) error) error {
+// ReadLog implements objects.Logs.
+func (f *FakeLogs) ReadLog(ctx context.Context, ns, name string, inst objects.LogInstance, q objects.LogQuery, emit func(apiv1.LogLine) error) error {
 	f.mu.Lock()
 	var in *fakeInstance
 	for _, i := range f.insts[ns+"/"+name] {

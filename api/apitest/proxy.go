@@ -15,6 +15,8 @@ import (
 
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/lifecycle"
+	"github.com/sless-dev/sless/objects"
 )
 
 // Seen is what the upstream function received.
@@ -99,7 +101,7 @@ func testProxyErrors(t *testing.T, bk Backend) {
 		t.Errorf("unknown namespace: %d %s", code, ecode)
 	}
 	// Unknown names leave no records (the route is public; records are bounded per real function).
-	if inv, _ := e.Srv.Invocations().List(ctx, e.NS, "ghost", api.InvocationQuery{Limit: 10}); len(inv) != 0 {
+	if inv, _ := e.Srv.Invocations().List(ctx, e.NS, "ghost", objects.InvocationQuery{Limit: 10}); len(inv) != 0 {
 		t.Errorf("records for an unknown function: %v", inv)
 	}
 
@@ -110,7 +112,7 @@ func testProxyErrors(t *testing.T, bk Backend) {
 
 	// Ready in the store, but the backend has no instance.
 	e.Function("starting")
-	e.Ctrl.SetFunctionStatus(e.NS, "starting", func(s *apiv1.FunctionStatus) { s.Phase = apiv1.PhaseReady })
+	e.Ctrl.SetFunctionStatus(e.NS, "starting", func(s *lifecycle.FunctionStatus) { s.Phase = apiv1.PhaseReady })
 	if code, ecode, _ := e.Raw("GET", "/fn/"+e.NS+"/starting", "", "", nil); code != 503 || ecode != apiv1.CodeNotReady {
 		t.Errorf("no instance: %d %s", code, ecode)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/client"
+	"github.com/sless-dev/sless/lifecycle"
 )
 
 // Every route's happy path, through the typed client, as the CLI and the provider use it.
@@ -52,7 +53,7 @@ func testRoutesHappyPath(t *testing.T, bk Backend) {
 		t.Errorf("stored %v", files)
 	}
 	// The same zip again: same key, nothing new, no new build (phase untouched by the upload).
-	if err := e.Ctrl.SetFunctionStatus(e.NS, "hello", func(s *apiv1.FunctionStatus) { s.Phase = apiv1.PhaseReady }); err != nil {
+	if err := e.Ctrl.SetFunctionStatus(e.NS, "hello", func(s *lifecycle.FunctionStatus) { s.Phase = apiv1.PhaseReady }); err != nil {
 		t.Fatal(err)
 	}
 	again, err := c.Upload(ctx, "hello", bytes.NewReader(z), int64(len(z)))

@@ -1,8 +1,11 @@
 package apiv1
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -82,4 +85,21 @@ func (e *Error) Error() string {
 // Errorf makes an *Error with the status of code.
 func Errorf(code, format string, args ...any) *Error {
 	return &Error{Status: StatusOf(code), Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Write sends e as the one error envelope, with its status and, when e says when to come back,
+// Retry-After in whole seconds (at least 1). Every server of the wire format writes errors through
+// it.
+func (e *Error) Write(w http.ResponseWriter) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(e.RetryAfter.Seconds())))))
+	}
+	WriteJSON(w, e.Status, ErrorBody{Error: ErrorDetail{Code: e.Code, Message: e.Message}})
+}
+
+// WriteJSON sends v as JSON with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
 }

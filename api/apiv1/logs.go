@@ -71,7 +71,17 @@ const (
 	ReasonStarting               = "Starting"               // the new version's first instance starts
 	ReasonReady                  = "Ready"                  // the new version serves
 	ReasonFailed                 = "Failed"                 // a build or start failed (Message says which and why)
+
+	// Condition reasons that are states rather than steps.
+	ReasonPending       = "Pending"       // no code uploaded yet
+	ReasonDisabled      = "Disabled"      // its http triggers switch it off: no instance runs
+	ReasonDeleting      = "Deleting"      // deleted; the platform removes what is left of it
+	ReasonQuotaExceeded = "QuotaExceeded" // the tenant's quota stops a scale-up (condition ScaleLimited)
 )
+
+// Reasons are every reason a function's events and conditions carry, on both backends.
+var Reasons = []string{ReasonStored, ReasonInstallingDependencies, ReasonBuilding, ReasonPushing, ReasonBuilt, ReasonStarting,
+	ReasonReady, ReasonFailed, ReasonPending, ReasonDisabled, ReasonDeleting, ReasonQuotaExceeded}
 
 // ParseSince reads GET …/logs?since=: an RFC 3339 time, or a duration back from now such as "5m"
 // or "1h30m" (kubectl logs --since).
@@ -112,6 +122,9 @@ type Condition struct {
 const (
 	ConditionBuilt = "Built" // the current code's image is in the registry
 	ConditionReady = "Ready" // the current version serves
+	// ConditionScaleLimited is True while the tenant's quota stops a scale-up. It is kept by the
+	// platform and shown as FunctionStatus.ScaleLimited, not among the wire's conditions.
+	ConditionScaleLimited = "ScaleLimited"
 )
 
 // SetCondition sets c in conds, keeping the time of the last transition when the status stays

@@ -7,22 +7,23 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/lifecycle"
+	"github.com/sless-dev/sless/objects"
 )
 
-// Store is an api.Store in a map; name reads a spec's name.
+// Store is an objects.Store in a map; name reads a spec's name.
 type Store[S, St any] struct {
 	mu   sync.Mutex
-	m    map[string]map[string]api.Object[S, St]
+	m    map[string]map[string]objects.Object[S, St]
 	name func(S) string
 	max  int    // objects per namespace; 0: no cap
 	kind string // what they are, plural, for the quota's message
 }
 
 // SetMaxPerNamespace caps the objects (kind, plural: "functions") one namespace may hold (0: no
-// cap): a create beyond it returns api.ErrQuotaExceeded, as the real backends' quotas do.
+// cap): a create beyond it returns objects.ErrQuotaExceeded, as the real backends' quotas do.
 func (s *Store[S, St]) SetMaxPerNamespace(n int, kind string) {
 	s.mu.Lock()
 	s.max, s.kind = n, kind
@@ -31,16 +32,16 @@ func (s *Store[S, St]) SetMaxPerNamespace(n int, kind string) {
 
 // New makes an empty store.
 func New[S, St any](name func(S) string) *Store[S, St] {
-	return &Store[S, St]{m: map[string]map[string]api.Object[S, St]{}, name: name}
+	return &Store[S, St]{m: map[string]map[string]objects.Object[S, St]{}, name: name}
 }
 
-var _ api.Store[api.FunctionSpec, apiv1.FunctionStatus] = (*Store[api.FunctionSpec, apiv1.FunctionStatus])(nil)
+var _ objects.Store[objects.FunctionSpec, lifecycle.FunctionStatus] = (*Store[objects.FunctionSpec, lifecycle.FunctionStatus])(nil)
 
 // List returns the namespace's objects sorted by name.
-func (s *Store[S, St]) List(_ context.Context, ns string) ([]api.Object[S, St], error) {
+func (s *Store[S, St]) List(_ context.Context, ns string) ([]objects.Object[S, St], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := []api.Object[S, St]{}
+	out := []objects.Object[S, St]{}
 	for _, v := range s.m[ns] {
 		out = append(out, v)
 	}
@@ -48,48 +49,48 @@ func (s *Store[S, St]) List(_ context.Context, ns string) ([]api.Object[S, St], 
 	return out, nil
 }
 
-// Get returns one object or api.ErrNotFound.
-func (s *Store[S, St]) Get(_ context.Context, ns, name string) (api.Object[S, St], error) {
+// Get returns one object or objects.ErrNotFound.
+func (s *Store[S, St]) Get(_ context.Context, ns, name string) (objects.Object[S, St], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.m[ns][name]
 	if !ok {
-		return v, fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+		return v, fmt.Errorf("%s/%s: %w", ns, name, objects.ErrNotFound)
 	}
 	return v, nil
 }
 
-// Create adds an object or returns api.ErrAlreadyExists.
-func (s *Store[S, St]) Create(_ context.Context, ns string, spec S) (api.Object[S, St], error) {
+// Create adds an object or returns objects.ErrAlreadyExists.
+func (s *Store[S, St]) Create(_ context.Context, ns string, spec S) (objects.Object[S, St], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := s.name(spec)
 	if _, ok := s.m[ns][n]; ok {
-		return api.Object[S, St]{}, fmt.Errorf("%s/%s: %w", ns, n, api.ErrAlreadyExists)
+		return objects.Object[S, St]{}, fmt.Errorf("%s/%s: %w", ns, n, objects.ErrAlreadyExists)
 	}
 	if s.max > 0 && len(s.m[ns]) >= s.max {
-		return api.Object[S, St]{}, fmt.Errorf("%w: namespace %s holds %d %s, the most its quota allows; delete one first",
-			api.ErrQuotaExceeded, ns, len(s.m[ns]), s.kind)
+		return objects.Object[S, St]{}, fmt.Errorf("%w: namespace %s holds %d %s, the most its quota allows; delete one first",
+			objects.ErrQuotaExceeded, ns, len(s.m[ns]), s.kind)
 	}
 	if s.m[ns] == nil {
-		s.m[ns] = map[string]api.Object[S, St]{}
+		s.m[ns] = map[string]objects.Object[S, St]{}
 	}
-	o := api.Object[S, St]{Spec: spec, Generation: 1}
+	o := objects.Object[S, St]{Spec: spec, Generation: 1}
 	s.m[ns][n] = o
 	return o, nil
 }
 
 // Update applies fn to the spec under the lock; the generation moves when the spec changed.
-func (s *Store[S, St]) Update(_ context.Context, ns, name string, fn func(*S) error) (api.Object[S, St], error) {
+func (s *Store[S, St]) Update(_ context.Context, ns, name string, fn func(*S) error) (objects.Object[S, St], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.m[ns][name]
 	if !ok {
-		return v, fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+		return v, fmt.Errorf("%s/%s: %w", ns, name, objects.ErrNotFound)
 	}
 	before := v.Spec
 	if err := fn(&v.Spec); err != nil {
-		return api.Object[S, St]{}, err
+		return objects.Object[S, St]{}, err
 	}
 	if !reflect.DeepEqual(before, v.Spec) {
 		v.Generation++
@@ -105,7 +106,7 @@ func (s *Store[S, St]) SetStatus(ns, name string, fn func(*St)) error {
 	defer s.mu.Unlock()
 	v, ok := s.m[ns][name]
 	if !ok {
-		return fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+		return fmt.Errorf("%s/%s: %w", ns, name, objects.ErrNotFound)
 	}
 	fn(&v.Status)
 	v.ObservedGeneration = v.Generation
@@ -113,12 +114,12 @@ func (s *Store[S, St]) SetStatus(ns, name string, fn func(*St)) error {
 	return nil
 }
 
-// Delete removes one object or returns api.ErrNotFound.
+// Delete removes one object or returns objects.ErrNotFound.
 func (s *Store[S, St]) Delete(_ context.Context, ns, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.m[ns][name]; !ok {
-		return fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+		return fmt.Errorf("%s/%s: %w", ns, name, objects.ErrNotFound)
 	}
 	delete(s.m[ns], name)
 	return nil
@@ -138,7 +139,7 @@ type Namespaces struct {
 	onDrop []func(ns string)
 }
 
-var _ api.Namespaces = (*Namespaces)(nil)
+var _ objects.Namespaces = (*Namespaces)(nil)
 
 // Ensure adds ns.
 func (n *Namespaces) Ensure(_ context.Context, ns string) error {
@@ -171,23 +172,23 @@ func (n *Namespaces) Delete(_ context.Context, ns string) error {
 }
 
 // Backend is a complete in-memory backend around a code store and a resolver.
-func Backend(code codestore.Store, resolver api.Resolver) (api.Backend, *Stores) {
+func Backend(code codestore.Store, resolver objects.Resolver) (objects.Backend, *Stores) {
 	st := &Stores{
-		Functions: New[api.FunctionSpec, apiv1.FunctionStatus](func(f api.FunctionSpec) string { return f.Name }),
-		Triggers:  New[api.TriggerSpec, apiv1.TriggerStatus](func(t api.TriggerSpec) string { return t.Name }),
-		Jobs:      New[api.JobSpec, apiv1.JobStatus](func(j api.JobSpec) string { return j.Name }),
+		Functions: New[objects.FunctionSpec, lifecycle.FunctionStatus](func(f objects.FunctionSpec) string { return f.Name }),
+		Triggers:  New[objects.TriggerSpec, apiv1.TriggerStatus](func(t objects.TriggerSpec) string { return t.Name }),
+		Jobs:      New[objects.JobSpec, apiv1.JobStatus](func(j objects.JobSpec) string { return j.Name }),
 	}
 	st.Namespaces = &Namespaces{onDrop: []func(string){st.Functions.DropNamespace, st.Triggers.DropNamespace, st.Jobs.DropNamespace}}
-	return api.Backend{
+	return objects.Backend{
 		Namespaces: st.Namespaces, Functions: st.Functions, Triggers: st.Triggers, Jobs: st.Jobs,
-		Invocations: api.NewInvocationRing(1000), Code: code, Resolver: resolver,
+		Invocations: objects.NewInvocationRing(1000), Code: code, Resolver: resolver,
 	}, st
 }
 
 // Stores gives tests direct access to the state behind a Backend.
 type Stores struct {
 	Namespaces *Namespaces
-	Functions  *Store[api.FunctionSpec, apiv1.FunctionStatus]
-	Triggers   *Store[api.TriggerSpec, apiv1.TriggerStatus]
-	Jobs       *Store[api.JobSpec, apiv1.JobStatus]
+	Functions  *Store[objects.FunctionSpec, lifecycle.FunctionStatus]
+	Triggers   *Store[objects.TriggerSpec, apiv1.TriggerStatus]
+	Jobs       *Store[objects.JobSpec, apiv1.JobStatus]
 }

@@ -23,8 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/objects"
 )
 
 //go:embed migrations/*.sql
@@ -45,7 +45,7 @@ const (
 	readers = 1 << 20
 )
 
-// Invocations is api.Invocations in PostgreSQL. Record appends to a bounded buffer; a writer
+// Invocations is objects.Invocations in PostgreSQL. Record appends to a bounded buffer; a writer
 // goroutine copies the buffer into the table; List reads the table (and what is still buffered).
 type Invocations struct {
 	o      *options
@@ -84,14 +84,14 @@ type row struct {
 type forget struct{ ns, name string }
 
 var (
-	_ api.Invocations      = (*Invocations)(nil)
+	_ objects.Invocations  = (*Invocations)(nil)
 	_ prometheus.Collector = (*Invocations)(nil)
 )
 
 // Open returns the store at once, whether PostgreSQL is reachable or not: a goroutine connects,
 // applies the embedded migrations (goose, under its advisory lock, so replicas starting together
 // migrate once) and retries with backoff until that works; until then records wait in the buffer
-// and List answers *api.NotReadyError. databaseURL is a PostgreSQL connection string (URL or
+// and List answers *objects.NotReadyError. databaseURL is a PostgreSQL connection string (URL or
 // key=value). Close releases everything.
 func Open(ctx context.Context, databaseURL string, opts ...Option) (*Invocations, error) {
 	o, err := makeOptions(opts)
@@ -161,11 +161,11 @@ func (s *Invocations) Record(_ context.Context, ns, name string, inv apiv1.Invoc
 
 // List returns up to q.Limit of a function's records strictly older than q.Before (if set),
 // newest first: those in the table and those still buffered here. While PostgreSQL cannot answer
-// (within the query timeout) it returns *api.NotReadyError.
-func (s *Invocations) List(ctx context.Context, ns, name string, q api.InvocationQuery) ([]apiv1.Invocation, error) {
+// (within the query timeout) it returns *objects.NotReadyError.
+func (s *Invocations) List(ctx context.Context, ns, name string, q objects.InvocationQuery) ([]apiv1.Invocation, error) {
 	limit := q.Limit
 	if limit <= 0 {
-		limit = api.DefaultInvocationLimit
+		limit = objects.DefaultInvocationLimit
 	}
 	select {
 	case <-s.ready:
@@ -519,7 +519,7 @@ func (s *Invocations) reason() error {
 }
 
 func (s *Invocations) notReady(err error) error {
-	return &api.NotReadyError{Reason: "the invocation history is unavailable: " + s.redact(err.Error())}
+	return &objects.NotReadyError{Reason: "the invocation history is unavailable: " + s.redact(err.Error())}
 }
 
 // redact keeps the password out of a message, whatever a library put into it.

@@ -16,12 +16,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apitest"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/pgstore"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/testenv"
+	"github.com/sless-dev/sless/objects"
 )
 
 // open opens a store on pg, waits until it has migrated, and closes it at the end of the test.
@@ -79,7 +79,7 @@ func inv(i int) apiv1.Invocation {
 	return apiv1.Invocation{Time: t0.Add(time.Duration(i) * time.Second), Status: 200 + i, DurationMS: float64(i) + 0.25, RequestID: fmt.Sprint("req-", i)}
 }
 
-func list(t *testing.T, s *pgstore.Invocations, ns, name string, q api.InvocationQuery) []apiv1.Invocation {
+func list(t *testing.T, s *pgstore.Invocations, ns, name string, q objects.InvocationQuery) []apiv1.Invocation {
 	t.Helper()
 	l, err := s.List(context.Background(), ns, name, q)
 	if err != nil {
@@ -113,29 +113,29 @@ func TestRecordAndList(t *testing.T) {
 	s.Record(ctx, "ns-a", "g", inv(20))
 	waitFor(t, "8 rows written", func() bool { return s.Stats().Written == 8 })
 
-	all := list(t, s, "ns-a", "f", api.InvocationQuery{})
+	all := list(t, s, "ns-a", "f", objects.InvocationQuery{})
 	if !eq(statuses(all), []int{204, 203, 202, 201, 200}) {
 		t.Fatalf("ns-a/f: %v", statuses(all))
 	}
 	if all[0] != inv(4) || all[0].Time.Location() != time.UTC {
 		t.Errorf("a record does not round-trip: %+v, want %+v", all[0], inv(4))
 	}
-	if l := list(t, s, "ns-a", "f", api.InvocationQuery{Limit: 2}); !eq(statuses(l), []int{204, 203}) {
+	if l := list(t, s, "ns-a", "f", objects.InvocationQuery{Limit: 2}); !eq(statuses(l), []int{204, 203}) {
 		t.Errorf("limit 2: %v", statuses(l))
 	}
-	if l := list(t, s, "ns-a", "f", api.InvocationQuery{Limit: 2, Before: all[1].Time}); !eq(statuses(l), []int{202, 201}) {
+	if l := list(t, s, "ns-a", "f", objects.InvocationQuery{Limit: 2, Before: all[1].Time}); !eq(statuses(l), []int{202, 201}) {
 		t.Errorf("limit 2 before the second: %v", statuses(l))
 	}
-	if l := list(t, s, "ns-a", "f", api.InvocationQuery{Before: all[4].Time}); len(l) != 0 {
+	if l := list(t, s, "ns-a", "f", objects.InvocationQuery{Before: all[4].Time}); len(l) != 0 {
 		t.Errorf("before the oldest: %v", statuses(l))
 	}
-	if l := list(t, s, "ns-b", "f", api.InvocationQuery{}); !eq(statuses(l), []int{211, 210}) {
+	if l := list(t, s, "ns-b", "f", objects.InvocationQuery{}); !eq(statuses(l), []int{211, 210}) {
 		t.Errorf("ns-b/f: %v", statuses(l))
 	}
-	if l := list(t, s, "ns-a", "g", api.InvocationQuery{}); !eq(statuses(l), []int{220}) {
+	if l := list(t, s, "ns-a", "g", objects.InvocationQuery{}); !eq(statuses(l), []int{220}) {
 		t.Errorf("ns-a/g: %v", statuses(l))
 	}
-	if l := list(t, s, "ns-c", "f", api.InvocationQuery{}); len(l) != 0 {
+	if l := list(t, s, "ns-c", "f", objects.InvocationQuery{}); len(l) != 0 {
 		t.Errorf("a namespace with no records: %v", statuses(l))
 	}
 }
@@ -148,10 +148,10 @@ func TestListSeesTheBuffer(t *testing.T) {
 	for i := range 3 {
 		s.Record(ctx, "ns", "f", inv(i))
 	}
-	if l := list(t, s, "ns", "f", api.InvocationQuery{}); !eq(statuses(l), []int{202, 201, 200}) {
+	if l := list(t, s, "ns", "f", objects.InvocationQuery{}); !eq(statuses(l), []int{202, 201, 200}) {
 		t.Errorf("buffered: %v", statuses(l))
 	}
-	if l := list(t, s, "ns", "f", api.InvocationQuery{Before: inv(2).Time}); !eq(statuses(l), []int{201, 200}) {
+	if l := list(t, s, "ns", "f", objects.InvocationQuery{Before: inv(2).Time}); !eq(statuses(l), []int{201, 200}) {
 		t.Errorf("buffered, before: %v", statuses(l))
 	}
 	if n := rows(t, pg, "ns", "f"); n != 0 {
@@ -178,7 +178,7 @@ func TestAFullBatchIsWrittenAtOnce(t *testing.T) {
 	if st := s.Stats(); st.Written != 2500 || st.Buffered != 0 {
 		t.Errorf("%+v", st)
 	}
-	if l := list(t, s, "ns", "f", api.InvocationQuery{Limit: 1000}); len(l) != 1000 || l[0].Status != 200+2499 {
+	if l := list(t, s, "ns", "f", objects.InvocationQuery{Limit: 1000}); len(l) != 1000 || l[0].Status != 200+2499 {
 		t.Errorf("%d listed, newest %+v", len(l), l[0])
 	}
 }
@@ -199,13 +199,13 @@ func TestForget(t *testing.T) {
 	if err := s.Forget(ctx, "ns", "f"); err != nil {
 		t.Fatal(err)
 	}
-	if l := list(t, s, "ns", "f", api.InvocationQuery{}); len(l) != 0 {
+	if l := list(t, s, "ns", "f", objects.InvocationQuery{}); len(l) != 0 {
 		t.Errorf("listed after Forget: %v", statuses(l))
 	}
 	// A function of the same name created again keeps its own records.
 	s.Record(ctx, "ns", "f", apiv1.Invocation{Time: time.Now().Add(time.Second), Status: 201})
 	waitFor(t, "the new record written", func() bool { return rows(t, pg, "ns", "f") == 1 })
-	if l := list(t, s, "ns", "f", api.InvocationQuery{}); !eq(statuses(l), []int{201}) {
+	if l := list(t, s, "ns", "f", objects.InvocationQuery{}); !eq(statuses(l), []int{201}) {
 		t.Errorf("after Forget and a new record: %v", statuses(l))
 	}
 	if rows(t, pg, "ns", "g") != 5 || rows(t, pg, "other", "f") != 5 {
@@ -233,7 +233,7 @@ func TestRetention(t *testing.T) {
 
 	s := open(t, pg, pgstore.WithRetention(time.Hour), pgstore.WithRetentionInterval(100*time.Millisecond))
 	waitFor(t, "the old rows deleted", func() bool { return rows(t, pg, "ns", "f") == 10 })
-	if l := list(t, s, "ns", "f", api.InvocationQuery{}); len(l) != 10 || l[9].Status != 201 {
+	if l := list(t, s, "ns", "f", objects.InvocationQuery{}); len(l) != 10 || l[9].Status != 201 {
 		t.Errorf("kept: %v", statuses(l))
 	}
 	// The loop goes on: a row that has just expired goes at the next round.
@@ -281,8 +281,8 @@ func TestDatabaseAway(t *testing.T) {
 	if err := pg.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.List(ctx, "ns", "f", api.InvocationQuery{})
-	var nr *api.NotReadyError
+	_, err := s.List(ctx, "ns", "f", objects.InvocationQuery{})
+	var nr *objects.NotReadyError
 	if !errors.As(err, &nr) || !strings.HasPrefix(nr.Reason, "the invocation history is unavailable: ") || strings.Contains(nr.Reason, pg.Password) {
 		t.Fatalf("List while PostgreSQL is stopped: %v", err)
 	}
@@ -302,7 +302,7 @@ func TestDatabaseAway(t *testing.T) {
 	if st := s.Stats(); st.Recorded != 110 || st.Written != 10 || st.Buffered != buffer || st.Dropped != 100-buffer {
 		t.Errorf("while stopped: %+v", st)
 	}
-	if _, err := s.List(ctx, "ns", "f", api.InvocationQuery{}); !errors.As(err, &nr) {
+	if _, err := s.List(ctx, "ns", "f", objects.InvocationQuery{}); !errors.As(err, &nr) {
 		t.Errorf("List while stopped, again: %v", err)
 	}
 
@@ -319,7 +319,7 @@ func TestDatabaseAway(t *testing.T) {
 	if n := rows(t, pg, "ns", "f"); uint64(n) != st.Written {
 		t.Errorf("%d rows in the table, %d counted written", n, st.Written)
 	}
-	l := list(t, s, "ns", "f", api.InvocationQuery{Limit: 1000})
+	l := list(t, s, "ns", "f", objects.InvocationQuery{Limit: 1000})
 	if len(l) != 10+buffer+1 || l[0].Status != 1200 || l[1].Status != 200+100+buffer-1 {
 		t.Errorf("after the return: %d listed, %v…", len(l), statuses(l)[:3])
 	}
@@ -429,8 +429,8 @@ func TestDatabaseHangs(t *testing.T) {
 		t.Errorf("a Record took %v while PostgreSQL hung", slowest)
 	}
 	start := time.Now()
-	_, err := s.List(ctx, "ns", "f", api.InvocationQuery{})
-	var nr *api.NotReadyError
+	_, err := s.List(ctx, "ns", "f", objects.InvocationQuery{})
+	var nr *objects.NotReadyError
 	if d := time.Since(start); !errors.As(err, &nr) || d > 2*time.Second {
 		t.Errorf("List while PostgreSQL hangs: %v after %v", err, d)
 	}
@@ -466,8 +466,8 @@ func TestOpenWhileTheDatabaseIsDown(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("Open and Record took %v with PostgreSQL down", d)
 	}
-	_, err = s.List(ctx, "ns", "f", api.InvocationQuery{})
-	var nr *api.NotReadyError
+	_, err = s.List(ctx, "ns", "f", objects.InvocationQuery{})
+	var nr *objects.NotReadyError
 	if !errors.As(err, &nr) || strings.Contains(err.Error(), pg.Password) {
 		t.Fatalf("List before connecting: %v", err)
 	}
@@ -520,7 +520,7 @@ func TestCloseLeavesNothingBehind(t *testing.T) {
 		for i := range 10 {
 			s.Record(ctx, "ns", fmt.Sprint("f", round), inv(i))
 		}
-		list(t, s, "ns", "f", api.InvocationQuery{})
+		list(t, s, "ns", "f", objects.InvocationQuery{})
 		s.Close()
 		s.Record(ctx, "ns", "f", inv(99))
 		if st := s.Stats(); st.Written != 10 || st.Dropped != 1 || rows(t, pg, "ns", fmt.Sprint("f", round)) != 10 {
@@ -557,7 +557,7 @@ func TestCloseLeavesNothingBehind(t *testing.T) {
 // forgets its records.
 func TestConformance(t *testing.T) {
 	pg := testenv.PostgreSQL(t)
-	apitest.Run(t, apitest.Backend{Name: "memstore+postgres", New: func(t testing.TB, code codestore.Store, r api.Resolver) (api.Backend, apitest.Controller) {
+	apitest.Run(t, apitest.Backend{Name: "memstore+postgres", New: func(t testing.TB, code codestore.Store, r objects.Resolver) (objects.Backend, apitest.Controller) {
 		b, ctrl := apitest.Memstore.New(t, code, r)
 		s, err := pgstore.Open(context.Background(), pg.URL)
 		if err != nil {

@@ -9,11 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/utils/ptr"
 	"net"
 	"os"
 	"os/signal"
@@ -22,6 +17,12 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/utils/ptr"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -49,6 +50,7 @@ import (
 	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/indexproxy"
 	"github.com/sless-dev/sless/internal/regauth"
+	"github.com/sless-dev/sless/invoke"
 	"github.com/sless-dev/sless/oci"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/controllers"
@@ -236,7 +238,7 @@ func run(ctx context.Context, args []string) error {
 	endpoints := &kubestore.EndpointResolver{Reader: mgr.GetClient()}
 	tenant := resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: cfg.tenantPull,
 		DepsEgress: splitList(cfg.egress), IndexProxyPort: cfg.proxyPort(), Quota: cfg.quota}
-	builds := api.NewBuildMetrics()
+	builds := build.NewMetrics()
 	var scaler *controllers.Scaler
 	if cfg.runsControllers() {
 		if scaler, err = cfg.setupControllerRole(ctx, mgr, code, endpoints, tenant, builds, logger); err != nil {
@@ -279,7 +281,7 @@ func run(ctx context.Context, args []string) error {
 // setupControllerRole adds the reconcilers, the autoscaler, the index proxy and the pass that
 // brings existing tenants to the current configuration.
 func (c *config) setupControllerRole(ctx context.Context, mgr ctrl.Manager, code codestore.Store, endpoints *kubestore.EndpointResolver,
-	tenant resources.TenantConfig, builds *api.BuildMetrics, logger *slog.Logger) (*controllers.Scaler, error) {
+	tenant resources.TenantConfig, builds *build.Metrics, logger *slog.Logger) (*controllers.Scaler, error) {
 	if c.indexProxy != "" {
 		// Installers run tenant code and get no credential: the proxy adds the indexes' upstream.
 		// Every controller replica serves it, leader or not (a Service in front).
@@ -309,11 +311,7 @@ func (c *config) setupControllerRole(ctx context.Context, mgr ctrl.Manager, code
 			return nil, err
 		}
 	}
-	observe := func(o build.Observation) {
-		builds.Observe(o.Result, o.Duration)
-		builds.ObserveDependencies(o.Runtime, o.Dependencies)
-	}
-	if err := c.setupControllers(mgr, code, observe); err != nil {
+	if err := c.setupControllers(mgr, code, builds.Observe); err != nil {
 		return nil, err
 	}
 	// New quota values, policies and a rotated pull secret reach the tenants that exist already
@@ -334,7 +332,7 @@ func (c *config) setupControllerRole(ctx context.Context, mgr ctrl.Manager, code
 // serves until ctx ends, then drains: /readyz fails, new connections are refused, and the
 // requests in flight (held cold starts included) finish within --drain-timeout.
 func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore.Store, endpoints *kubestore.EndpointResolver,
-	tenant resources.TenantConfig, scaler *controllers.Scaler, builds *api.BuildMetrics, logger *slog.Logger) (func(context.Context) error, error) {
+	tenant resources.TenantConfig, scaler *controllers.Scaler, builds *build.Metrics, logger *slog.Logger) (func(context.Context) error, error) {
 	verifier, err := c.verifier(ctx, logger)
 	if err != nil {
 		return nil, err
@@ -355,11 +353,11 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 	backend.Logs = logs
 	// A request with no instance waits while the Scaler starts one: poked directly in one process;
 	// apart, through /pokes on the loads listener, which the Scaler long-polls on every replica.
-	var pokes *api.Pokes
+	var pokes *invoke.Pokes
 	if scaler != nil {
 		backend.Scaler = scaler
 	} else if c.autoscale {
-		pokes = api.NewPokes()
+		pokes = invoke.NewPokes()
 		backend.Scaler = pokes
 	}
 	// /fn/ reads functions and triggers from the manager's cache, not with two API round trips per
@@ -377,12 +375,11 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 		logger.Warn("no --database-url: the invocation history is this replica's own, in memory")
 	}
 	srv, err := api.New(backend, api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(c.publicURL), api.WithFunctionDomain(c.fnDomain),
-		api.WithUploadRate(c.uploadRate, c.uploadBurst), api.WithMaxHeld(c.maxHeld), api.WithReadiness(cachesSynced(mgr, servingKinds...)),
-		api.WithBuildMetrics(builds)) // the controllers' builds, when they run in this process
-
+		api.WithUploadRate(c.uploadRate, c.uploadBurst), api.WithMaxHeld(c.maxHeld), api.WithReadiness(cachesSynced(mgr, servingKinds...)))
 	if err != nil {
 		return nil, err
 	}
+	srv.Metrics().MustRegister(builds) // the controllers' builds, when they run in this process
 	if history != nil {
 		srv.Metrics().MustRegister(history)
 	}
@@ -437,7 +434,7 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 }
 
 // controllerServer serves the controller's /healthz, /readyz (the caches synced) and /metrics.
-func (c *config) controllerServer(mgr ctrl.Manager, builds *api.BuildMetrics, logger *slog.Logger) (func(context.Context) error, error) {
+func (c *config) controllerServer(mgr ctrl.Manager, builds *build.Metrics, logger *slog.Logger) (func(context.Context) error, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(builds, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ready := cachesSynced(mgr)

@@ -23,6 +23,7 @@ import (
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/auth"
 	"github.com/sless-dev/sless/autoscale"
+	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/local"
 	"github.com/sless-dev/sless/local/runtimeimages"
 )
@@ -180,22 +181,22 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		manual = local.NewManualClock(time.Now())
 		clock = manual
 	}
-	var srv *api.Server // builds are counted on its /metrics
+	builds := build.NewMetrics() // counted on the API's /metrics
 	p, err := local.Open(ctx, local.Config{DataDir: c.dataDir, RegistryListen: c.regListen, PodmanRoot: c.podmanRoot,
 		BasesDir: c.basesDir, Clock: clock, Logger: logger, Progress: stderr,
 		PipIndexURL: c.pipIndex, NPMRegistry: c.npmRegistry, DepsCAFile: c.depsCA, Subnet: c.subnet, IndexHosts: c.indexHosts, Quota: c.quota,
-		Autoscale:           []autoscale.Option{autoscale.WithStableWindow(c.stableWindow), autoscale.WithPanicWindow(c.panicWindow)},
-		ObserveBuild:        func(result string, d time.Duration) { srv.ObserveBuild(result, d) },
-		ObserveDependencies: func(runtime, outcome string) { srv.ObserveDependencies(runtime, outcome) }})
+		Autoscale:    []autoscale.Option{autoscale.WithStableWindow(c.stableWindow), autoscale.WithPanicWindow(c.panicWindow)},
+		ObserveBuild: builds.Observe})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	srv, err = api.New(p.Backend(), api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(c.publicURL),
+	srv, err := api.New(p.Backend(), api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(c.publicURL),
 		api.WithFunctionDomain(c.fnDomain), api.WithUploadLimit(c.uploadLimit), api.WithUploadRate(c.uploadRate, c.uploadBurst), api.WithMaxHeld(c.maxHeld), api.WithTempDir(c.dataDir), api.WithReadiness(p.Ready))
 	if err != nil {
 		return err
 	}
+	srv.Metrics().MustRegister(builds)
 	p.UseLoads(srv.Activator().Loads)
 	var handler http.Handler = srv.Handler()
 	if manual != nil {

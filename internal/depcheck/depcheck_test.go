@@ -16,40 +16,45 @@ var anything = []string{"*"}
 
 // allowed lists, per package, the module's packages it may import directly. Together the rules
 // make the graph of DESIGN.md §2: layers ← deps ← oci ← build ← {local, operator/controllers};
-// runspec and api/apiv1 are leaves everyone may use; api never imports operator or local;
-// operator/controllers and operator/resources never import the HTTP package api; the provider
-// talks only to api/client and apiv1.
+// runspec and api/apiv1 are leaves everyone may use; lifecycle ← objects ← {every store, both
+// backends, invoke, api}; api never imports operator or local, and only the commands (and the
+// benchmarks, and api's own conformance suite) import api (TestOnlyCommandsImportTheRESTServer);
+// the provider talks only to api/client and apiv1.
 var allowed = map[string][]string{
-	"api/apiv1":             {},
-	"api/client":            {"api/apiv1"},
-	"api/auth":              {"api/apiv1"},
-	"api":                   {"activator", "api/apiv1", "api/auth", "codestore", "fnlog", "layers", "runspec"},
-	"activator":             {},
-	"api/memstore":          {"api", "api/apiv1", "codestore"},
-	"api/apitest":           {"api", "api/apiv1", "api/auth", "api/client", "api/memstore", "codestore", "fnlog"},
-	"api/pgstore":           {"api", "api/apiv1"}, // the invocation history in PostgreSQL (pgx, goose, prometheus)
-	"layers":                {},
-	"deps":                  {"layers"},
-	"oci":                   {"api/apiv1", "layers"},
-	"runtimes":              {"api/apiv1"},
-	"runspec":               {"api/apiv1"},
-	"codestore":             {},
-	"fnlog":                 {"api/apiv1", "codestore"}, // build logs, events, stopped instances' logs in the code store
-	"autoscale":             {"api/apiv1"},              // the scale decider of both backends: apiv1's ranges, else the standard library
-	"build":                 {"api/apiv1", "codestore", "deps", "fnlog", "layers", "oci", "runtimes"},
-	"operator/api/v1alpha1": {"api/apiv1"},
-	"operator/resources":    {"operator/api/v1alpha1", "runspec"},
-	"operator/controllers":  {"activator", "api/apiv1", "autoscale", "build", "codestore", "deps", "fnlog", "operator/api/v1alpha1", "operator/resources", "runspec"},
-	"operator/kubestore":    {"activator", "api", "api/apiv1", "codestore", "fnlog", "operator/api/v1alpha1", "operator/resources", "runspec"},
-	"operator/config":       {},
-	"local/state":           {"api", "api/apiv1"},
-	"local/podman":          {},
-	"local/network":         {},
-	"indexproxy":            {},
-	"local/runner":          {"activator", "api", "api/apiv1", "fnlog", "local/podman", "runspec"},
-	"local/runtimeimages":   {"oci", "runtimes"},
-	"local": {"activator", "api", "api/apiv1", "autoscale", "build", "codestore", "deps", "fnlog", "indexproxy", "internal/regauth", "internal/registry", "local/network", "local/podman", "local/runner",
-		"local/runtimeimages", "local/state", "oci", "runspec"},
+	"api/apiv1":               {},
+	"api/client":              {"api/apiv1"},
+	"api/auth":                {"api/apiv1"},
+	"api":                     {"activator", "api/apiv1", "api/auth", "codestore", "fnlog", "invoke", "layers", "lifecycle", "objects", "runspec"},
+	"lifecycle":               {"api/apiv1"}, // the status state machine, pure
+	"lifecycle/lifecycletest": {"api/apiv1", "lifecycle"},
+	"objects":                 {"activator", "api/apiv1", "codestore", "lifecycle", "runspec"}, // the object model and the stores' contracts
+	"invoke":                  {"activator", "api/apiv1", "objects", "runspec"},                // /fn/
+	"activator":               {},
+	"api/memstore":            {"api/apiv1", "codestore", "lifecycle", "objects"},
+	"api/apitest":             {"api", "api/apiv1", "api/auth", "api/client", "api/memstore", "codestore", "fnlog", "invoke", "lifecycle", "objects"},
+	"api/pgstore":             {"api/apiv1", "objects"}, // the invocation history in PostgreSQL (pgx, goose, prometheus)
+	"layers":                  {},
+	"deps":                    {"layers"},
+	"oci":                     {"api/apiv1", "layers"},
+	"runtimes":                {"api/apiv1"},
+	"runspec":                 {"api/apiv1"},
+	"codestore":               {},
+	"fnlog":                   {"api/apiv1", "codestore"}, // build logs, events, stopped instances' logs in the code store
+	"autoscale":               {"api/apiv1"},              // the scale decider of both backends: apiv1's ranges, else the standard library
+	"build":                   {"api/apiv1", "codestore", "deps", "fnlog", "layers", "oci", "runtimes"},
+	"operator/api/v1alpha1":   {"api/apiv1", "lifecycle"},
+	"operator/resources":      {"operator/api/v1alpha1", "runspec"},
+	"operator/controllers":    {"activator", "api/apiv1", "autoscale", "build", "codestore", "deps", "fnlog", "lifecycle", "operator/api/v1alpha1", "operator/resources", "runspec"},
+	"operator/kubestore":      {"activator", "api/apiv1", "codestore", "fnlog", "lifecycle", "objects", "operator/api/v1alpha1", "operator/resources", "runspec"},
+	"operator/config":         {},
+	"local/state":             {"api/apiv1", "lifecycle", "objects"},
+	"local/podman":            {},
+	"local/network":           {},
+	"indexproxy":              {},
+	"local/runner":            {"activator", "api/apiv1", "fnlog", "local/podman", "objects", "runspec"},
+	"local/runtimeimages":     {"oci", "runtimes"},
+	"local": {"activator", "api/apiv1", "autoscale", "build", "codestore", "deps", "fnlog", "indexproxy", "internal/regauth", "internal/registry", "lifecycle", "local/network", "local/podman", "local/runner",
+		"local/runtimeimages", "local/state", "objects", "oci", "runspec"},
 	"provider":          {"api/apiv1", "api/client"},
 	"internal/regauth":  {},
 	"internal/registry": {"internal/regauth"},
@@ -75,7 +80,7 @@ var allowed = map[string][]string{
 
 // noKubernetes may not depend on Kubernetes, directly or not: the build pipeline and the API run
 // on a single host without it.
-var noKubernetes = []string{"activator", "api/apiv1", "api/client", "api/auth", "api", "api/memstore", "api/pgstore", "layers", "deps", "oci", "runtimes",
+var noKubernetes = []string{"activator", "api/apiv1", "api/client", "api/auth", "api", "api/memstore", "api/pgstore", "invoke", "lifecycle", "objects", "layers", "deps", "oci", "runtimes",
 	"runspec", "codestore", "build", "local/state", "local/podman", "local/runner", "local/runtimeimages", "provider"}
 
 type pkg struct {
@@ -153,6 +158,35 @@ func TestDependenciesPointOneWay(t *testing.T) {
 	}
 }
 
+// restServerImporters may import the REST server (package api): the commands that run it, the
+// benchmarks, and its conformance suite. Every store and backend takes the object model from
+// package objects instead, so none links the HTTP server, JWT, or the API's metrics.
+var restServerImporters = []string{"cmd/sless", "cmd/sless-operator", "bench", "api/apitest", "e2e/k8s"}
+
+// restServerImports lists the packages of pkgs, outside restServerImporters, whose non-test code
+// imports the REST server.
+func restServerImports(pkgs []pkg) []string {
+	var bad []string
+	for _, p := range pkgs {
+		rel := strings.TrimPrefix(p.ImportPath, mod)
+		if slices.Contains(p.Imports, mod+"api") && !slices.Contains(restServerImporters, rel) {
+			bad = append(bad, rel)
+		}
+	}
+	return bad
+}
+
+func TestOnlyCommandsImportTheRESTServer(t *testing.T) {
+	for _, rel := range restServerImports(list(t)) {
+		t.Errorf("%s imports the REST server (package api): take the object model and the store contracts from package objects", rel)
+	}
+	// The check itself: a store that imports the server is caught.
+	if bad := restServerImports([]pkg{{ImportPath: mod + "local/state", Imports: []string{mod + "api", mod + "objects"}},
+		{ImportPath: mod + "cmd/sless", Imports: []string{mod + "api"}}}); !slices.Equal(bad, []string{"local/state"}) {
+		t.Errorf("a store importing the REST server: the check reports %v, want [local/state]", bad)
+	}
+}
+
 func TestCoreWithoutKubernetes(t *testing.T) {
 	for _, p := range list(t) {
 		rel := strings.TrimPrefix(p.ImportPath, mod)
@@ -202,7 +236,7 @@ func TestPostgresStoreStaysAtTheEdge(t *testing.T) {
 			continue
 		}
 		if slices.Contains(p.Imports, mod+"api/pgstore") && !strings.HasPrefix(rel, "cmd/") && rel != "bench" {
-			t.Errorf("%s imports api/pgstore: only cmd/ (and the benchmarks) wire it (others take an api.Invocations)", rel)
+			t.Errorf("%s imports api/pgstore: only cmd/ (and the benchmarks) wire it (others take an objects.Invocations)", rel)
 		}
 	}
 }

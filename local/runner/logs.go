@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/fnlog"
+	"github.com/sless-dev/sless/objects"
 )
 
 // A function container's output goes to a file of its own under the data directory (podman's
@@ -30,7 +30,7 @@ const logMaxSize = "8mb"
 // logPoll is how often a followed log looks for new lines.
 const logPoll = 200 * time.Millisecond
 
-var _ api.Logs = (*Runner)(nil)
+var _ objects.Logs = (*Runner)(nil)
 
 func (r *Runner) logDir(ns, name string) string { return filepath.Join(r.dataDir, "logs", ns, name) }
 
@@ -96,7 +96,7 @@ func (r *Runner) live(ns, name string) map[string]bool {
 
 // LogInstances lists the function's containers with a log: those that run (each name's newest
 // file) and those stopped within fnlog.KeepStopped.
-func (r *Runner) LogInstances(_ context.Context, ns, name string) ([]api.LogInstance, error) {
+func (r *Runner) LogInstances(_ context.Context, ns, name string) ([]objects.LogInstance, error) {
 	files, err := r.logFiles(ns, name)
 	if err != nil {
 		return nil, err
@@ -106,13 +106,13 @@ func (r *Runner) LogInstances(_ context.Context, ns, name string) ([]api.LogInst
 	for _, f := range files {
 		newest[f.container] = f.id
 	}
-	var out []api.LogInstance
+	var out []objects.LogInstance
 	for _, f := range files {
 		running := live[f.container] && newest[f.container] == f.id
 		if !running && (time.Since(f.mod) > fnlog.KeepStopped || f.size == 0) {
 			continue // gone an hour ago, or never started (a spare's file, made at its create)
 		}
-		out = append(out, api.LogInstance{ID: f.id, Stopped: !running})
+		out = append(out, objects.LogInstance{ID: f.id, Stopped: !running})
 	}
 	return out, nil
 }
@@ -131,8 +131,8 @@ func (r *Runner) stillRunning(ns, name, id string) bool {
 	return false
 }
 
-// ReadLog emits the lines of one container's log file (api.Logs).
-func (r *Runner) ReadLog(ctx context.Context, ns, name string, inst api.LogInstance, q api.LogQuery, emit func(apiv1.LogLine) error) error {
+// ReadLog emits the lines of one container's log file (objects.Logs).
+func (r *Runner) ReadLog(ctx context.Context, ns, name string, inst objects.LogInstance, q objects.LogQuery, emit func(apiv1.LogLine) error) error {
 	if strings.ContainsAny(inst.ID, `/\`) || inst.ID == "" || inst.ID[0] == '.' {
 		return fmt.Errorf("no log %q", inst.ID)
 	}

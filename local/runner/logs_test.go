@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/objects"
 )
 
 func writeLog(t *testing.T, path string, recs ...string) {
@@ -24,7 +24,7 @@ func writeLog(t *testing.T, path string, recs ...string) {
 	}
 }
 
-func readAll(t *testing.T, r *Runner, inst api.LogInstance, q api.LogQuery) []apiv1.LogLine {
+func readAll(t *testing.T, r *Runner, inst objects.LogInstance, q objects.LogQuery) []apiv1.LogLine {
 	t.Helper()
 	var out []apiv1.LogLine
 	if err := r.ReadLog(context.Background(), "ns", "fn", inst, q, func(l apiv1.LogLine) error { out = append(out, l); return nil }); err != nil {
@@ -57,7 +57,7 @@ func TestReadLogParsesK8sFile(t *testing.T) {
 	if err != nil || len(insts) != 1 || !insts[0].Stopped {
 		t.Fatalf("instances %+v %v (not running: stopped)", insts, err)
 	}
-	all := readAll(t, r, insts[0], api.LogQuery{Tail: -1})
+	all := readAll(t, r, insts[0], objects.LogQuery{Tail: -1})
 	var got []string
 	for _, l := range all {
 		if l.Instance != "c-1" {
@@ -72,14 +72,14 @@ func TestReadLogParsesK8sFile(t *testing.T) {
 	if l := all[4].Line; len(l) > apiv1.MaxLogLine+len("…") || !strings.HasSuffix(l, "…") {
 		t.Errorf("a huge line is kept at %d bytes", len(l))
 	}
-	if tail := readAll(t, r, insts[0], api.LogQuery{Tail: 2}); len(tail) != 2 || tail[1].Line != "bad \uFFFD utf8" {
+	if tail := readAll(t, r, insts[0], objects.LogQuery{Tail: 2}); len(tail) != 2 || tail[1].Line != "bad \uFFFD utf8" {
 		t.Errorf("tail 2: %+v", tail)
 	}
-	since := readAll(t, r, insts[0], api.LogQuery{Tail: -1, Since: time.Date(2026, 12, 1, 10, 0, 2, 0, time.UTC)})
+	since := readAll(t, r, insts[0], objects.LogQuery{Tail: -1, Since: time.Date(2026, 12, 1, 10, 0, 2, 0, time.UTC)})
 	if len(since) != 3 || since[0].Line != "" {
 		t.Errorf("since 10:00:02: %d lines, first %+v", len(since), since[0])
 	}
-	if err := r.ReadLog(context.Background(), "ns", "fn", api.LogInstance{ID: "../../etc/passwd"}, api.LogQuery{}, nil); err == nil {
+	if err := r.ReadLog(context.Background(), "ns", "fn", objects.LogInstance{ID: "../../etc/passwd"}, objects.LogQuery{}, nil); err == nil {
 		t.Error("a path in an instance ID was read")
 	}
 }
@@ -99,7 +99,7 @@ func TestReadLogFollows(t *testing.T) {
 	lines := make(chan apiv1.LogLine, 10)
 	done := make(chan error, 1)
 	go func() {
-		done <- r.ReadLog(context.Background(), "ns", "fn", insts[0], api.LogQuery{Tail: 10, Follow: true},
+		done <- r.ReadLog(context.Background(), "ns", "fn", insts[0], objects.LogQuery{Tail: 10, Follow: true},
 			func(l apiv1.LogLine) error { lines <- l; return nil })
 	}()
 	next := func(want string) {
@@ -138,7 +138,7 @@ func TestReadLogFollows(t *testing.T) {
 	r.pools["ns/fn"] = &pool{ready: []*Instance{{Name: "c-1"}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		done <- r.ReadLog(ctx, "ns", "fn", insts[0], api.LogQuery{Tail: 0, Follow: true}, func(apiv1.LogLine) error { return nil })
+		done <- r.ReadLog(ctx, "ns", "fn", insts[0], objects.LogQuery{Tail: 0, Follow: true}, func(apiv1.LogLine) error { return nil })
 	}()
 	cancel()
 	select {
@@ -176,7 +176,7 @@ func TestStoppedLog(t *testing.T) {
 	if len(insts) != 1 || !insts[0].Stopped {
 		t.Fatalf("instances %+v: want the stopped c-1 only (its hour counts from its stop; the spare is none)", insts)
 	}
-	lines := readAll(t, r, insts[0], api.LogQuery{Tail: -1})
+	lines := readAll(t, r, insts[0], objects.LogQuery{Tail: -1})
 	if len(lines) != 2 || lines[1].Line != "fatal: no newline" || lines[1].Stream != "stderr" {
 		t.Errorf("lines %+v", lines)
 	}

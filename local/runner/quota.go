@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/runspec"
 )
 
@@ -23,7 +23,7 @@ type Limits struct {
 	Runs int
 }
 
-// QuotaError says why a container may not start now. It wraps api.ErrQuotaExceeded.
+// QuotaError says why a container may not start now. It wraps objects.ErrQuotaExceeded.
 type QuotaError struct {
 	Namespace string
 	// Runs: the namespace has Limit runs going. Otherwise memory: Used MiB of Limit are taken and
@@ -48,7 +48,7 @@ func (e *QuotaError) Error() string {
 // Never reports whether the container alone is beyond the limit: waiting does not help.
 func (e *QuotaError) Never() bool { return !e.Runs && e.Asked > e.Limit }
 
-func (e *QuotaError) Unwrap() error { return api.ErrQuotaExceeded }
+func (e *QuotaError) Unwrap() error { return objects.ErrQuotaExceeded }
 
 // labelMemory records a container's memory limit (MiB), so that a listing after a restart counts
 // it without inspecting each one.

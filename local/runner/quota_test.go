@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/runspec"
 )
 
@@ -47,7 +47,7 @@ func TestLedger(t *testing.T) {
 		t.Helper()
 		err := l.reserve(ctx, name, b, false)
 		var qe *QuotaError
-		if !errors.As(err, &qe) || qe.Runs != runs || !errors.Is(err, api.ErrQuotaExceeded) {
+		if !errors.As(err, &qe) || qe.Runs != runs || !errors.Is(err, objects.ErrQuotaExceeded) {
 			t.Fatalf("%s: %v, want a quota error (runs %v)", name, err, runs)
 		}
 		if _, ok := l.b[name]; ok {

@@ -22,8 +22,8 @@ import (
 	"time"
 
 	"github.com/sless-dev/sless/activator"
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/local/podman"
+	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/runspec"
 )
 
@@ -88,7 +88,7 @@ func New(pm *podman.Client, instance, dataDir, network string) *Runner {
 }
 
 var (
-	_ api.Resolver     = (*Runner)(nil)
+	_ objects.Resolver = (*Runner)(nil)
 	_ activator.Source = (*Runner)(nil)
 )
 
@@ -99,7 +99,7 @@ func (r *Runner) Resolve(_ context.Context, ns, name string) (*url.URL, error) {
 	if p := r.pools[ns+"/"+name]; p != nil && len(p.ready) > 0 {
 		return p.ready[0].URL, nil
 	}
-	return nil, &api.NotReadyError{Reason: fmt.Sprintf("function %q has no running instance yet", name)}
+	return nil, &objects.NotReadyError{Reason: fmt.Sprintf("function %q has no running instance yet", name)}
 }
 
 // Instances lists the function's ready containers and, not ready, those starting (the activator

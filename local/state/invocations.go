@@ -10,8 +10,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/objects"
 )
 
 // KeepInvocations is how many records are kept per function.
@@ -21,7 +21,7 @@ const KeepInvocations = 1000
 // transaction (FlushLoop): a commit (an fsync) per request would cap the proxy at the disk's sync
 // rate.
 type Invocations struct {
-	ring    *api.InvocationRing
+	ring    *objects.InvocationRing
 	db      *bolt.DB
 	mu      sync.Mutex
 	pending []pendingInvocation
@@ -33,11 +33,11 @@ type pendingInvocation struct {
 	inv      apiv1.Invocation
 }
 
-var _ api.Invocations = (*Invocations)(nil)
+var _ objects.Invocations = (*Invocations)(nil)
 
 // loadInvocations fills the ring from what the last run persisted.
 func loadInvocations(db *bolt.DB) (*Invocations, error) {
-	iv := &Invocations{ring: api.NewInvocationRing(KeepInvocations), db: db}
+	iv := &Invocations{ring: objects.NewInvocationRing(KeepInvocations), db: db}
 	err := db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketInvocations).ForEach(func(k, v []byte) error {
 			parts := strings.SplitN(string(k), "/", 3) // ns/name/<time><seq>
@@ -64,7 +64,7 @@ func (iv *Invocations) Record(ctx context.Context, ns, name string, inv apiv1.In
 
 // List returns up to q.Limit records older than q.Before (if set), newest first, from the ring
 // that holds everything kept (the newest KeepInvocations per function, persisted or pending).
-func (iv *Invocations) List(ctx context.Context, ns, name string, q api.InvocationQuery) ([]apiv1.Invocation, error) {
+func (iv *Invocations) List(ctx context.Context, ns, name string, q objects.InvocationQuery) ([]apiv1.Invocation, error) {
 	return iv.ring.List(ctx, ns, name, q)
 }
 

@@ -6,8 +6,9 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/lifecycle"
+	"github.com/sless-dev/sless/objects"
 )
 
 // migrate moves records of schema 1 (an earlier sless up: each object one apiv1 JSON value, the
@@ -25,10 +26,10 @@ func migrate(tx *bolt.Tx) error {
 			return nil, err
 		}
 		st := old.Status
-		r := record[api.FunctionSpec, apiv1.FunctionStatus]{Spec: api.FunctionSpec{Name: old.Name, Runtime: old.Runtime, Entrypoint: old.Entrypoint,
+		r := record[objects.FunctionSpec, lifecycle.FunctionStatus]{Spec: objects.FunctionSpec{Name: old.Name, Runtime: old.Runtime, Entrypoint: old.Entrypoint,
 			MemoryMB: old.MemoryMB, TimeoutSec: old.TimeoutSec, EnvVars: old.EnvVars, CodeSHA256: st.CodeSHA256}, Generation: 1}
 		st.CodeSHA256, st.URL = "", ""
-		r.Status = st
+		r.Status.FunctionStatus = st
 		if st.Phase == apiv1.PhaseReady || st.Phase == apiv1.PhaseFailed {
 			r.ObservedGeneration = 1
 		}
@@ -43,7 +44,7 @@ func migrate(tx *bolt.Tx) error {
 		}
 		st := old.Status
 		st.URL = ""
-		return record[api.TriggerSpec, apiv1.TriggerStatus]{Spec: api.TriggerSpec{Name: old.Name, Type: old.Type, FunctionRef: old.FunctionRef,
+		return record[objects.TriggerSpec, apiv1.TriggerStatus]{Spec: objects.TriggerSpec{Name: old.Name, Type: old.Type, FunctionRef: old.FunctionRef,
 			Schedule: old.Schedule, Enabled: old.Enabled}, Generation: 1, Status: st, ObservedGeneration: 1}, nil
 	}); err != nil {
 		return fmt.Errorf("migrating triggers: %w", err)
@@ -53,7 +54,7 @@ func migrate(tx *bolt.Tx) error {
 		if err := json.Unmarshal(v, &old); err != nil {
 			return nil, err
 		}
-		r := record[api.JobSpec, apiv1.JobStatus]{Spec: api.JobSpec{Name: old.Name, FunctionRef: old.FunctionRef, EventJSON: old.EventJSON,
+		r := record[objects.JobSpec, apiv1.JobStatus]{Spec: objects.JobSpec{Name: old.Name, FunctionRef: old.FunctionRef, EventJSON: old.EventJSON,
 			RunID: old.RunID}, Generation: 1, Status: old.Status}
 		if old.RunID == 0 || old.Status.LastRunID >= old.RunID {
 			r.ObservedGeneration = 1

@@ -13,8 +13,9 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/lifecycle"
+	"github.com/sless-dev/sless/objects"
 )
 
 var (
@@ -45,9 +46,9 @@ const (
 // DB is the state file.
 type DB struct {
 	db        *bolt.DB
-	Functions *Store[api.FunctionSpec, apiv1.FunctionStatus]
-	Triggers  *Store[api.TriggerSpec, apiv1.TriggerStatus]
-	Jobs      *Store[api.JobSpec, apiv1.JobStatus]
+	Functions *Store[objects.FunctionSpec, lifecycle.FunctionStatus]
+	Triggers  *Store[objects.TriggerSpec, apiv1.TriggerStatus]
+	Jobs      *Store[objects.JobSpec, apiv1.JobStatus]
 	// Namespaces is the set of ensured namespaces.
 	Namespaces *Namespaces
 	// Invocations keeps the invocation records.
@@ -82,9 +83,9 @@ func Open(path string, onChange func(k Kind, ns, name string)) (*DB, error) {
 		}
 	}
 	s := &DB{db: db,
-		Functions: &Store[api.FunctionSpec, apiv1.FunctionStatus]{db: db, bucket: bucketFunctions, name: func(f api.FunctionSpec) string { return f.Name }, notify: notify(KindFunction)},
-		Triggers:  &Store[api.TriggerSpec, apiv1.TriggerStatus]{db: db, bucket: bucketTriggers, name: func(t api.TriggerSpec) string { return t.Name }, notify: notify(KindTrigger)},
-		Jobs:      &Store[api.JobSpec, apiv1.JobStatus]{db: db, bucket: bucketJobs, name: func(j api.JobSpec) string { return j.Name }, notify: notify(KindJob)},
+		Functions: &Store[objects.FunctionSpec, lifecycle.FunctionStatus]{db: db, bucket: bucketFunctions, name: func(f objects.FunctionSpec) string { return f.Name }, notify: notify(KindFunction)},
+		Triggers:  &Store[objects.TriggerSpec, apiv1.TriggerStatus]{db: db, bucket: bucketTriggers, name: func(t objects.TriggerSpec) string { return t.Name }, notify: notify(KindTrigger)},
+		Jobs:      &Store[objects.JobSpec, apiv1.JobStatus]{db: db, bucket: bucketJobs, name: func(j objects.JobSpec) string { return j.Name }, notify: notify(KindJob)},
 	}
 	s.Functions.max, s.Functions.over = &atomic.Int64{}, functionsOverQuota
 	s.Namespaces = &Namespaces{db: db}
@@ -111,11 +112,11 @@ type record[S, St any] struct {
 	ObservedGeneration int64 `json:"observed_generation,omitempty"`
 }
 
-func (r record[S, St]) object() api.Object[S, St] {
-	return api.Object[S, St]{Spec: r.Spec, Status: r.Status, Generation: r.Generation, ObservedGeneration: r.ObservedGeneration}
+func (r record[S, St]) object() objects.Object[S, St] {
+	return objects.Object[S, St]{Spec: r.Spec, Status: r.Status, Generation: r.Generation, ObservedGeneration: r.ObservedGeneration}
 }
 
-// Store is an api.Store of one kind, keyed "ns/name", and the controller's status writer.
+// Store is an objects.Store of one kind, keyed "ns/name", and the controller's status writer.
 type Store[S, St any] struct {
 	db     *bolt.DB
 	bucket []byte
@@ -133,7 +134,7 @@ func (s *DB) SetMaxFunctions(n int) { s.Functions.max.Store(int64(n)) }
 
 func functionsOverQuota(ns string, n int64) error {
 	return fmt.Errorf("%w: namespace %s has %d functions, the most its quota allows (the platform's --tenant-quota-functions); delete one first",
-		api.ErrQuotaExceeded, ns, n)
+		objects.ErrQuotaExceeded, ns, n)
 }
 
 // count is the number of objects of namespace ns in b.
@@ -147,7 +148,7 @@ func count(b *bolt.Bucket, ns string) int64 {
 	return n
 }
 
-var _ api.Store[api.FunctionSpec, apiv1.FunctionStatus] = (*Store[api.FunctionSpec, apiv1.FunctionStatus])(nil)
+var _ objects.Store[objects.FunctionSpec, lifecycle.FunctionStatus] = (*Store[objects.FunctionSpec, lifecycle.FunctionStatus])(nil)
 
 func decode[S, St any](k, v []byte) (record[S, St], error) {
 	var r record[S, St]
@@ -158,8 +159,8 @@ func decode[S, St any](k, v []byte) (record[S, St], error) {
 }
 
 // List returns the namespace's objects sorted by name.
-func (s *Store[S, St]) List(_ context.Context, ns string) ([]api.Object[S, St], error) {
-	out := []api.Object[S, St]{}
+func (s *Store[S, St]) List(_ context.Context, ns string) ([]objects.Object[S, St], error) {
+	out := []objects.Object[S, St]{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(s.bucket).Cursor()
 		prefix := []byte(ns + "/")
@@ -176,8 +177,8 @@ func (s *Store[S, St]) List(_ context.Context, ns string) ([]api.Object[S, St], 
 }
 
 // All lists every object of every namespace, by namespace.
-func (s *Store[S, St]) All() (map[string][]api.Object[S, St], error) {
-	out := map[string][]api.Object[S, St]{}
+func (s *Store[S, St]) All() (map[string][]objects.Object[S, St], error) {
+	out := map[string][]objects.Object[S, St]{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(s.bucket).ForEach(func(k, v []byte) error {
 			ns, _, _ := strings.Cut(string(k), "/")
@@ -192,13 +193,13 @@ func (s *Store[S, St]) All() (map[string][]api.Object[S, St], error) {
 	return out, err
 }
 
-// Get returns the object or api.ErrNotFound.
-func (s *Store[S, St]) Get(_ context.Context, ns, name string) (api.Object[S, St], error) {
+// Get returns the object or objects.ErrNotFound.
+func (s *Store[S, St]) Get(_ context.Context, ns, name string) (objects.Object[S, St], error) {
 	var r record[S, St]
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(s.bucket).Get(key(ns, name))
 		if v == nil {
-			return fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+			return fmt.Errorf("%s/%s: %w", ns, name, objects.ErrNotFound)
 		}
 		var err error
 		r, err = decode[S, St](key(ns, name), v)
@@ -207,19 +208,19 @@ func (s *Store[S, St]) Get(_ context.Context, ns, name string) (api.Object[S, St
 	return r.object(), err
 }
 
-// Create stores a new object at generation 1, or returns api.ErrAlreadyExists.
-func (s *Store[S, St]) Create(_ context.Context, ns string, spec S) (api.Object[S, St], error) {
+// Create stores a new object at generation 1, or returns objects.ErrAlreadyExists.
+func (s *Store[S, St]) Create(_ context.Context, ns string, spec S) (objects.Object[S, St], error) {
 	n := s.name(spec)
 	r := record[S, St]{Spec: spec, Generation: 1}
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(s.bucket)
 		if b.Get(key(ns, n)) != nil {
-			return fmt.Errorf("%s/%s: %w", ns, n, api.ErrAlreadyExists)
+			return fmt.Errorf("%s/%s: %w", ns, n, objects.ErrAlreadyExists)
 		}
 		// Checked with the put, in one transaction: a namespace deleted since the API looked
 		// must not get an object it would never clean up.
 		if tx.Bucket(bucketNamespaces).Get([]byte(ns)) == nil {
-			return fmt.Errorf("namespace %s: %w", ns, api.ErrNotFound)
+			return fmt.Errorf("namespace %s: %w", ns, objects.ErrNotFound)
 		}
 		if s.max != nil {
 			if limit := s.max.Load(); limit > 0 {
@@ -231,7 +232,7 @@ func (s *Store[S, St]) Create(_ context.Context, ns string, spec S) (api.Object[
 		return put(b, key(ns, n), r)
 	})
 	if err != nil {
-		return api.Object[S, St]{}, err
+		return objects.Object[S, St]{}, err
 	}
 	s.changed(ns, n)
 	return r.object(), nil
@@ -247,14 +248,14 @@ func put(b *bolt.Bucket, k []byte, v any) error {
 
 // Update applies fn to the spec; when the spec changed, the generation moves and the change is
 // notified.
-func (s *Store[S, St]) Update(_ context.Context, ns, name string, fn func(*S) error) (api.Object[S, St], error) {
+func (s *Store[S, St]) Update(_ context.Context, ns, name string, fn func(*S) error) (objects.Object[S, St], error) {
 	var r record[S, St]
 	changed := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(s.bucket)
 		v := b.Get(key(ns, name))
 		if v == nil {
-			return fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+			return fmt.Errorf("%s/%s: %w", ns, name, objects.ErrNotFound)
 		}
 		var err error
 		if r, err = decode[S, St](key(ns, name), v); err != nil {
@@ -279,7 +280,7 @@ func (s *Store[S, St]) Update(_ context.Context, ns, name string, fn func(*S) er
 		return put(b, key(ns, name), r)
 	})
 	if err != nil {
-		return api.Object[S, St]{}, err
+		return objects.Object[S, St]{}, err
 	}
 	if changed {
 		s.changed(ns, name)
@@ -290,7 +291,7 @@ func (s *Store[S, St]) Update(_ context.Context, ns, name string, fn func(*S) er
 // UpdateStatus is the controller's write: fn gets the status, and observed (the generation the
 // controller acted on) becomes the observed generation. A spec that moved on meanwhile keeps its
 // newer generation, so the object still shows Pending: no guard is needed against a stale write.
-// It returns api.ErrNotFound for a deleted object and writes nothing when nothing changed.
+// It returns objects.ErrNotFound for a deleted object and writes nothing when nothing changed.
 func (s *Store[S, St]) UpdateStatus(ns, name string, observed int64, fn func(*St)) error {
 	// Most calls change nothing (the autoscaler writes its counts every tick): a read transaction
 	// finds out without the write transaction's fsync, which waits for the disk.
@@ -298,7 +299,7 @@ func (s *Store[S, St]) UpdateStatus(ns, name string, observed int64, fn func(*St
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(s.bucket).Get(key(ns, name))
 		if v == nil {
-			return fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+			return fmt.Errorf("%s/%s: %w", ns, name, objects.ErrNotFound)
 		}
 		r, err := decode[S, St](key(ns, name), v)
 		if err != nil {
@@ -317,7 +318,7 @@ func (s *Store[S, St]) UpdateStatus(ns, name string, observed int64, fn func(*St
 		b := tx.Bucket(s.bucket)
 		v := b.Get(key(ns, name))
 		if v == nil {
-			return fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+			return fmt.Errorf("%s/%s: %w", ns, name, objects.ErrNotFound)
 		}
 		r, err := decode[S, St](key(ns, name), v)
 		if err != nil {
@@ -338,12 +339,12 @@ func (s *Store[S, St]) UpdateStatus(ns, name string, observed int64, fn func(*St
 	})
 }
 
-// Delete removes the object or returns api.ErrNotFound.
+// Delete removes the object or returns objects.ErrNotFound.
 func (s *Store[S, St]) Delete(_ context.Context, ns, name string) error {
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(s.bucket)
 		if b.Get(key(ns, name)) == nil {
-			return fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+			return fmt.Errorf("%s/%s: %w", ns, name, objects.ErrNotFound)
 		}
 		return b.Delete(key(ns, name))
 	})
@@ -364,7 +365,7 @@ type Namespaces struct {
 	db *bolt.DB
 }
 
-var _ api.Namespaces = (*Namespaces)(nil)
+var _ objects.Namespaces = (*Namespaces)(nil)
 
 // Ensure records ns.
 func (n *Namespaces) Ensure(_ context.Context, ns string) error {
@@ -378,13 +379,13 @@ func (n *Namespaces) Exists(_ context.Context, ns string) (bool, error) {
 	return ok, err
 }
 
-// Delete removes the namespace and its triggers and jobs. It refuses (api.ErrConflict) while
+// Delete removes the namespace and its triggers and jobs. It refuses (objects.ErrConflict) while
 // functions remain, checked in the same transaction, so a function created meanwhile is never
 // left in a namespace that is gone.
 func (n *Namespaces) Delete(_ context.Context, ns string) error {
 	return n.db.Update(func(tx *bolt.Tx) error {
 		if have := count(tx.Bucket(bucketFunctions), ns); have > 0 {
-			return fmt.Errorf("%w: namespace %q still has %d function(s); delete them first", api.ErrConflict, ns, have)
+			return fmt.Errorf("%w: namespace %q still has %d function(s); delete them first", objects.ErrConflict, ns, have)
 		}
 		for _, b := range [][]byte{bucketTriggers, bucketJobs} {
 			if err := deletePrefix(tx.Bucket(b), ns+"/"); err != nil {

@@ -11,29 +11,30 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apitest"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/deps"
+	"github.com/sless-dev/sless/lifecycle"
 	"github.com/sless-dev/sless/local/state"
+	"github.com/sless-dev/sless/objects"
 )
 
 // bboltBackend is the single host's stores in a fresh state file.
-var bboltBackend = apitest.Backend{Name: "bbolt", New: func(t testing.TB, code codestore.Store, r api.Resolver) (api.Backend, apitest.Controller) {
+var bboltBackend = apitest.Backend{Name: "bbolt", New: func(t testing.TB, code codestore.Store, r objects.Resolver) (objects.Backend, apitest.Controller) {
 	db, err := state.Open(filepath.Join(t.TempDir(), "state.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return api.Backend{Namespaces: db.Namespaces, Functions: db.Functions, Triggers: db.Triggers, Jobs: db.Jobs,
+	return objects.Backend{Namespaces: db.Namespaces, Functions: db.Functions, Triggers: db.Triggers, Jobs: db.Jobs,
 		Invocations: db.Invocations, Code: code, Resolver: r}, controller{db}
 }}
 
 // controller writes status as local's controller does: for the generation it read.
 type controller struct{ db *state.DB }
 
-func (c controller) SetFunctionStatus(ns, name string, f func(*apiv1.FunctionStatus)) error {
+func (c controller) SetFunctionStatus(ns, name string, f func(*lifecycle.FunctionStatus)) error {
 	o, err := c.db.Functions.Get(context.Background(), ns, name)
 	if err != nil {
 		return err
@@ -71,16 +72,16 @@ func TestStatusOfAnOlderGeneration(t *testing.T) {
 	if err := db.Namespaces.Ensure(ctx, "ns"); err != nil {
 		t.Fatal(err)
 	}
-	o, err := db.Functions.Create(ctx, "ns", api.FunctionSpec{Name: "f", Runtime: "python3.11", CodeSHA256: "aaa"})
+	o, err := db.Functions.Create(ctx, "ns", objects.FunctionSpec{Name: "f", Runtime: "python3.11", CodeSHA256: "aaa"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	read := o.Generation // what a reconcile read
 	// The API records a new upload while that reconcile still runs.
-	if _, err := db.Functions.Update(ctx, "ns", "f", func(s *api.FunctionSpec) error { s.CodeSHA256 = "bbb"; return nil }); err != nil {
+	if _, err := db.Functions.Update(ctx, "ns", "f", func(s *objects.FunctionSpec) error { s.CodeSHA256 = "bbb"; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Functions.UpdateStatus("ns", "f", read, func(s *apiv1.FunctionStatus) { s.Phase, s.Image = apiv1.PhaseReady, "img-a" }); err != nil {
+	if err := db.Functions.UpdateStatus("ns", "f", read, func(s *lifecycle.FunctionStatus) { s.Phase, s.Image = apiv1.PhaseReady, "img-a" }); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := db.Functions.Get(ctx, "ns", "f")
@@ -91,13 +92,13 @@ func TestStatusOfAnOlderGeneration(t *testing.T) {
 		t.Errorf("changes %v, want %v (status writes are not spec changes)", changes, want)
 	}
 	// An update that changes nothing is no new generation.
-	db.Functions.Update(ctx, "ns", "f", func(s *api.FunctionSpec) error { s.CodeSHA256 = "bbb"; return nil })
+	db.Functions.Update(ctx, "ns", "f", func(s *objects.FunctionSpec) error { s.CodeSHA256 = "bbb"; return nil })
 	if again, _ := db.Functions.Get(ctx, "ns", "f"); again.Generation != got.Generation || len(changes) != 2 {
 		t.Errorf("a no-op update moved the generation to %d or notified (%v)", again.Generation, changes)
 	}
 	// An older observation never lowers what was observed.
-	db.Functions.UpdateStatus("ns", "f", got.Generation, func(*apiv1.FunctionStatus) {})
-	db.Functions.UpdateStatus("ns", "f", read, func(*apiv1.FunctionStatus) {})
+	db.Functions.UpdateStatus("ns", "f", got.Generation, func(*lifecycle.FunctionStatus) {})
+	db.Functions.UpdateStatus("ns", "f", read, func(*lifecycle.FunctionStatus) {})
 	if o, _ := db.Functions.Get(ctx, "ns", "f"); o.ObservedGeneration != got.Generation {
 		t.Errorf("observed generation went back to %d", o.ObservedGeneration)
 	}
@@ -270,16 +271,16 @@ func TestNamespaceDeleteRacesCreate(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			_, createErr = db.Functions.Create(ctx, ns, api.FunctionSpec{Name: "f", Runtime: "python3.11"})
+			_, createErr = db.Functions.Create(ctx, ns, objects.FunctionSpec{Name: "f", Runtime: "python3.11"})
 		}()
 		go func() { defer wg.Done(); deleteErr = db.Namespaces.Delete(ctx, ns) }()
 		wg.Wait()
 		exists, _ := db.Namespaces.Exists(ctx, ns)
 		fns, _ := db.Functions.List(ctx, ns)
 		switch {
-		case createErr == nil && errors.Is(deleteErr, api.ErrConflict) && exists && len(fns) == 1:
+		case createErr == nil && errors.Is(deleteErr, objects.ErrConflict) && exists && len(fns) == 1:
 			outcomes["created, delete refused"]++
-		case errors.Is(createErr, api.ErrNotFound) && deleteErr == nil && !exists && len(fns) == 0:
+		case errors.Is(createErr, objects.ErrNotFound) && deleteErr == nil && !exists && len(fns) == 0:
 			outcomes["deleted, create refused"]++
 		default:
 			t.Fatalf("create: %v, delete: %v, namespace exists %v, %d functions", createErr, deleteErr, exists, len(fns))
@@ -298,13 +299,13 @@ func TestStatusConditionChangeIsWritten(t *testing.T) {
 	defer db.Close()
 	ctx := context.Background()
 	db.Namespaces.Ensure(ctx, "ns")
-	o, err := db.Functions.Create(ctx, "ns", api.FunctionSpec{Name: "f", Runtime: "python3.11"})
+	o, err := db.Functions.Create(ctx, "ns", objects.FunctionSpec{Name: "f", Runtime: "python3.11"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	set := func(status, reason string) {
 		t.Helper()
-		if err := db.Functions.UpdateStatus("ns", "f", o.Generation, func(s *apiv1.FunctionStatus) {
+		if err := db.Functions.UpdateStatus("ns", "f", o.Generation, func(s *lifecycle.FunctionStatus) {
 			apiv1.SetCondition(&s.Conditions, apiv1.Condition{Type: apiv1.ConditionReady, Status: status, Reason: reason})
 		}); err != nil {
 			t.Fatal(err)

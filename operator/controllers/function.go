@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -16,18 +15,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/sless-dev/sless/lifecycle"
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/build"
@@ -78,10 +80,15 @@ type FunctionReconciler struct {
 	// DefaultCleanupTimeout); OperatorNamespace holds the record of the ones it gave up on.
 	CleanupTimeout    time.Duration
 	OperatorNamespace string
+	// Now is the controller's clock (time.Now when nil): the times its status transitions carry.
+	Now func() time.Time
+}
 
-	// retries are the platform failures in a row of each Function's current build (buildRetry).
-	retriesMu sync.Mutex
-	retries   map[types.NamespacedName]buildRetry
+func (r *FunctionReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
 }
 
 func (r *FunctionReconciler) event(fn *slessv1.Function, typ, reason, format string, args ...any) {
@@ -140,13 +147,9 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	logger := log.FromContext(ctx)
 	var fn slessv1.Function
 	if err := r.Get(ctx, req.NamespacedName, &fn); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.forgetRetry(req.NamespacedName)
-		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !fn.DeletionTimestamp.IsZero() {
-		r.forgetRetry(req.NamespacedName)
 		return r.finalize(ctx, &fn)
 	}
 	if controllerutil.AddFinalizer(&fn, Finalizer) {
@@ -158,7 +161,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	fn.Status.URL = runspec.FunctionURL(r.PublicURL, fn.Namespace, fn.Name)
 	fn.Status.ObservedGeneration = fn.Generation
 	if fn.Spec.CodeSHA256 == "" {
-		fn.MarkPending("waiting for code: upload a zip")
+		fn.Apply(lifecycle.WaitingForCode{}, r.now())
 		return ctrl.Result{}, r.writeStatus(ctx, &fn, before)
 	}
 	breq := buildRequest(&fn)
@@ -166,14 +169,9 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err := r.adoptLegacy(ctx, &fn, breq, key); err != nil {
 		return ctrl.Result{}, err
 	}
-	if fn.Status.Image == "" || fn.Status.Build == nil || fn.Status.Build.Key != key {
-		if fn.Status.FailedBuildKey == key {
+	if st := fn.Status.Lifecycle(); st.Image == "" || st.BuildKey != key {
+		if !st.BuildDue(key) {
 			return ctrl.Result{}, r.writeStatus(ctx, &fn, before) // this build failed already; a new upload or spec retries
-		}
-		if wait := r.retryWait(req.NamespacedName, key); wait > 0 {
-			// The platform failed this build a moment ago: whatever woke us (our own status
-			// write, an owned object) does not bring the next attempt forward.
-			return ctrl.Result{RequeueAfter: wait}, r.writeStatus(ctx, &fn, before)
 		}
 		res, err := r.build(ctx, &fn, before, breq, key)
 		if err != nil || res.RequeueAfter > 0 {
@@ -182,7 +180,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		logger.Info("built", "image", fn.Status.Image)
 	}
 
-	replicas, err := r.replicas(ctx, &fn)
+	replicas, disabledBy, err := r.replicas(ctx, &fn)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -218,6 +216,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, fmt.Errorf("applying deployment: %w", err)
 	}
 	if prevImage != fn.Status.Image && replicas > 0 {
+		fn.Apply(lifecycle.Starting{Image: fn.Status.Image}, r.now())
 		r.lifecycle(ctx, &fn, apiv1.EventNormal, apiv1.ReasonStarting, "starting %s", fn.Status.Image)
 	}
 	svc := resources.MakeService(&fn)
@@ -234,49 +233,47 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if live.Spec.Replicas != nil && r.Autoscale && !off {
 		target = *live.Spec.Replicas
 	}
-	fn.Status.Replicas, fn.Status.DesiredReplicas = live.Status.ReadyReplicas, target
-	quota, quotaMsg := quotaLimit(live)
+	limited := ""
+	if quota, quotaMsg := quotaLimit(live); quota != "" && !off {
+		limited = fmt.Sprintf("scale-up stopped at %d of %d replicas by the tenant quota %q: %s", live.Status.Replicas, target, quota, quotaMsg)
+	}
+	now := r.now()
 	// ready is the Ready event's message when this version has just become Ready (once per
 	// version: a later reconcile finds it Ready already).
 	ready := ""
 	switch {
 	case off:
-		fn.MarkReady()
-		fn.Status.Message = msgDisabledByTriggers
+		fn.Apply(lifecycle.Disabled{Triggers: disabledBy}, now)
 		if before.Image != fn.Status.Image {
 			r.collectImages(ctx, &fn) // nothing runs the earlier versions
 		}
 		if before.Phase != apiv1.PhaseReady || before.Image != fn.Status.Image {
-			ready = fmt.Sprintf("%s is ready; no instance runs: %s", fn.Status.Image, msgDisabledByTriggers)
+			ready = fmt.Sprintf("%s is ready; no instance runs: %s", fn.Status.Image, fn.Status.Message)
 		}
 	case rolledOut(live, target):
-		fn.MarkReady()
+		fn.Apply(lifecycle.Ready{Image: fn.Status.Image, Replicas: int(live.Status.ReadyReplicas), Desired: int(target)}, now)
 		if before.Phase != apiv1.PhaseReady || before.Image != fn.Status.Image {
 			r.collectImages(ctx, &fn)
 			ready = fmt.Sprintf("%s serves (%d ready of %d)", fn.Status.Image, live.Status.ReadyReplicas, target)
 		}
-	case quota != "":
+	case limited != "":
 		// Not a failure of the function, nor of its new version: it runs what the quota allows,
 		// and gets the rest when pods of the namespace go (the Deployment's change brings us
-		// back). Its message is set below.
+		// back). Scaled below says so.
 	case stalled(live) != "":
 		// Not terminal: the Deployment keeps trying, and its recovery brings us back (Owns).
-		fn.MarkFailed("StartFailed", fmt.Sprintf("the new version did not become ready within %d s: %s", resources.ProgressDeadline, stalled(live)))
+		fn.Apply(lifecycle.StartFailed{Message: fmt.Sprintf("the new version did not become ready within %d s: %s", resources.ProgressDeadline, stalled(live))}, now)
 		if before.Phase != apiv1.PhaseFailed {
 			r.event(&fn, corev1.EventTypeWarning, "StartFailed", "%s", fn.Status.Message)
 			r.lifecycle(ctx, &fn, apiv1.EventWarning, apiv1.ReasonFailed, "start failed: %s", fn.Status.Message)
 		}
 	case fn.Status.Phase != apiv1.PhaseReady:
 		// The rollout goes on; the Deployment's status change brings us back (Owns).
-		meta.SetStatusCondition(&fn.Status.Conditions, metav1.Condition{Type: slessv1.FunctionReady, Status: metav1.ConditionFalse,
-			Reason: apiv1.ReasonStarting, Message: "starting the new version", ObservedGeneration: fn.Generation})
+		fn.Apply(lifecycle.Starting{Image: fn.Status.Image}, now)
 	}
 	// Otherwise a running version scales; the Deployment's status change brings us back (Owns).
-	if quota != "" {
-		fn.MarkScaleLimited("QuotaExceeded", fmt.Sprintf("scale-up stopped at %d of %d replicas by the tenant quota %q: %s",
-			live.Status.Replicas, target, quota, quotaMsg))
-	} else {
-		fn.ClearScaleLimited()
+	if !off {
+		fn.Apply(lifecycle.Scaled{Replicas: int(live.Status.ReadyReplicas), Desired: int(target), Limited: limited}, now)
 	}
 	if err := r.writeStatus(ctx, &fn, before); err != nil {
 		return ctrl.Result{}, err
@@ -344,61 +341,41 @@ func (r *FunctionReconciler) writeStatus(ctx context.Context, fn *slessv1.Functi
 // also wake it: the Job is owned).
 const depsPoll = 10 * time.Second
 
-// build runs the pipeline for the Function's current code. A user error becomes Failed with the
-// build's key latched and a terminal error (no hot loop); the platform's errors (a registry that
-// refuses pushes, a code store that does not answer) become Failed saying when the build is
-// retried, with backoff (buildRetry); a pending dependency layer requeues.
+// build runs the pipeline for the Function's current code, and moves its status through the
+// lifecycle: a user error is Failed with the build's key latched and a terminal error (no hot
+// loop); a platform error (a registry that refuses pushes, a code store that does not answer) is
+// returned, so the work queue retries it with its backoff (lifecycle.RetryBase to RetryMax), and
+// is Building until the retry budget is spent; a pending dependency layer or build slot requeues.
 func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, before *slessv1.FunctionStatus, breq build.Request, key string) (ctrl.Result, error) {
-	if fn.Status.Phase != apiv1.PhaseBuilding {
-		fn.MarkBuilding()
-		if err := r.writeStatus(ctx, fn, before); err != nil {
-			return ctrl.Result{}, err
-		}
+	fn.Apply(lifecycle.BuildStarted{Key: key, CodeSHA256: breq.CodeSHA256}, r.now())
+	if err := r.writeStatus(ctx, fn, before); err != nil {
+		return ctrl.Result{}, err
 	}
 	breq.Deps = r.deps(fn, key)
 	res, err := r.Pipeline.Build(ctx, breq)
 	if pe, ok := errors.AsType[*build.PendingError](err); ok {
-		if pe.Dependencies {
-			fn.MarkInstallingDependencies(pe.Reason)
-		} else {
-			fn.Status.Message = pe.Reason // still Building: no slot free yet
-		}
+		fn.Apply(lifecycle.BuildPending{Dependencies: pe.Dependencies, Reason: pe.Reason}, r.now())
 		return ctrl.Result{RequeueAfter: pe.RetryAfter}, r.writeStatus(ctx, fn, before)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctrl.Result{}, ctx.Err()
 		}
-		reason, msg := build.Reason(err), build.Message(err)
-		if build.IsUserError(err) {
-			r.forgetRetry(client.ObjectKeyFromObject(fn))
-		} else {
-			n, wait := r.retryAfter(client.ObjectKeyFromObject(fn), key)
-			msg = fmt.Sprintf("%s (attempt %d; retrying in %s)", strings.TrimSpace(msg), n, wait)
-		}
-		if !build.IsUserError(err) && build.IsTransient(err) {
-			fn.MarkBuildRetrying(reason, msg)
-		} else {
-			fn.MarkFailed(reason, msg)
-		}
-		if build.IsUserError(err) {
-			fn.Status.FailedBuildKey = key
-		}
-		if before.Phase != fn.Status.Phase || before.Message != msg {
-			r.event(fn, corev1.EventTypeWarning, reason, "%s", msg)
+		user := build.IsUserError(err)
+		fn.Apply(lifecycle.BuildFailed{Key: key, Message: build.Message(err), User: user}, r.now())
+		if before.Phase != fn.Status.Phase || before.Message != fn.Status.Message {
+			r.event(fn, corev1.EventTypeWarning, build.Reason(err), "%s", fn.Status.Message)
 		}
 		if werr := r.writeStatus(ctx, fn, before); werr != nil {
 			return ctrl.Result{}, werr
 		}
-		if build.IsUserError(err) {
+		if user {
 			return ctrl.Result{}, reconcile.TerminalError(err)
 		}
 		return ctrl.Result{}, err
 	}
-	r.forgetRetry(client.ObjectKeyFromObject(fn))
-	now := metav1.Now()
-	fn.MarkBuilt(res.Image, slessv1.BuildStatus{Key: res.Key, DurationMS: res.Duration.Milliseconds(), DepsKey: res.DepsKey, DepsCached: res.DepsCached})
-	fn.Status.LastBuiltAt = &now
+	fn.Apply(lifecycle.BuildSucceeded{Key: res.Key, CodeSHA256: breq.CodeSHA256, Image: res.Image,
+		Info: apiv1.BuildInfo{DurationMS: res.Duration.Milliseconds(), DepsKey: res.DepsKey, DepsCached: res.DepsCached, DepsWarning: res.DepsWarning}}, r.now())
 	r.event(fn, corev1.EventTypeNormal, "Built", "built %s in %d ms", res.Image, res.Duration.Milliseconds())
 	if err := r.writeStatus(ctx, fn, before); err != nil {
 		return ctrl.Result{}, err
@@ -409,66 +386,6 @@ func (r *FunctionReconciler) build(ctx context.Context, fn *slessv1.Function, be
 		}
 	}
 	return ctrl.Result{}, nil
-}
-
-// Platform build failures are retried after buildRetryBase, doubling with each failure in a row up
-// to buildRetryMax: a registry or code store that is down for a while is not hammered, and once
-// it is back the build runs within buildRetryMax (a backoff grown to minutes would make a short
-// outage cost far more than itself).
-const (
-	buildRetryBase = time.Second
-	buildRetryMax  = 30 * time.Second
-)
-
-// buildRetry is when a Function's build may run again after failures of the platform. It lives in
-// memory: a restarted (or newly elected) operator tries at once. Without it, the status written
-// on each failure (Building, then Failed) is itself an event that starts the next attempt at
-// once, whatever backoff the work queue would apply: with an error that fails fast (the registry
-// answering 403, no dependency installs configured) that was a loop of builds, status writes and
-// Events as fast as they went.
-type buildRetry struct {
-	key      string // the build failed (another key builds at once)
-	failures int
-	next     time.Time
-}
-
-// retryWait is how long the Function's build of key must still wait, 0 if it may run.
-func (r *FunctionReconciler) retryWait(fn types.NamespacedName, key string) time.Duration {
-	r.retriesMu.Lock()
-	defer r.retriesMu.Unlock()
-	b, ok := r.retries[fn]
-	if !ok || b.key != key {
-		return 0
-	}
-	return max(0, time.Until(b.next))
-}
-
-// retryAfter records a platform failure of the Function's build of key: how many in a row, and
-// how long until the next attempt.
-func (r *FunctionReconciler) retryAfter(fn types.NamespacedName, key string) (int, time.Duration) {
-	r.retriesMu.Lock()
-	defer r.retriesMu.Unlock()
-	if r.retries == nil {
-		r.retries = map[types.NamespacedName]buildRetry{}
-	}
-	b := r.retries[fn]
-	if b.key != key {
-		b = buildRetry{key: key}
-	}
-	b.failures++
-	wait := buildRetryMax
-	if b.failures <= 16 {
-		wait = min(buildRetryMax, buildRetryBase<<(b.failures-1))
-	}
-	b.next = time.Now().Add(wait)
-	r.retries[fn] = b
-	return b.failures, wait
-}
-
-func (r *FunctionReconciler) forgetRetry(fn types.NamespacedName) {
-	r.retriesMu.Lock()
-	defer r.retriesMu.Unlock()
-	delete(r.retries, fn)
 }
 
 // Annotations an operator before the shared build pipeline kept its build identity in.
@@ -508,20 +425,20 @@ func (r *FunctionReconciler) adoptLegacy(ctx context.Context, fn *slessv1.Functi
 }
 
 // replicas follows the rule the /fn/ proxy applies (runspec.DisabledBy), so the proxy's 503 and
-// zero replicas always agree.
-func (r *FunctionReconciler) replicas(ctx context.Context, fn *slessv1.Function) (int32, error) {
+// zero replicas always agree; disabledBy names the triggers that switch the function off.
+func (r *FunctionReconciler) replicas(ctx context.Context, fn *slessv1.Function) (n int32, disabledBy []string, err error) {
 	var ts slessv1.TriggerList
 	if err := r.List(ctx, &ts, client.InNamespace(fn.Namespace)); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	triggers := make([]apiv1.Trigger, 0, len(ts.Items))
 	for _, t := range ts.Items {
 		triggers = append(triggers, apiv1.Trigger{Name: t.Name, Type: t.Spec.Type, FunctionRef: t.Spec.FunctionRef, Enabled: t.Spec.Enabled})
 	}
-	if off, _ := runspec.DisabledBy(triggers, fn.Name); off {
-		return 0, nil
+	if off, names := runspec.DisabledBy(triggers, fn.Name); off {
+		return 0, names, nil
 	}
-	return 1, nil
+	return 1, nil, nil
 }
 
 // collectImages deletes the function's earlier images from the registry once its current one
@@ -593,6 +510,11 @@ func (r *FunctionReconciler) finalize(ctx context.Context, fn *slessv1.Function)
 	if !controllerutil.ContainsFinalizer(fn, Finalizer) {
 		return ctrl.Result{}, nil
 	}
+	before := fn.Status.DeepCopy()
+	fn.Apply(lifecycle.Deleting{}, r.now())
+	if err := r.writeStatus(ctx, fn, before); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
 	if err := r.Code.DeletePrefix(ctx, codestore.Prefix(fn.Namespace, fn.Name)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("deleting stored code: %w", err)
 	}
@@ -630,8 +552,12 @@ func mergePorts(live, want []corev1.ServicePort) []corev1.ServicePort {
 // replicas).
 func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&slessv1.Function{}).
-		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
+		// Its own status writes are not news: only a spec change (or a deletion, which moves the
+		// generation too) wakes a Function, so a failed build waits out the work queue's backoff.
+		For(&slessv1.Function{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4),
+			// The retry budget of lifecycle, the same on the single host.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](lifecycle.RetryBase, lifecycle.RetryMax)}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&batchv1.Job{}). // deps Jobs

@@ -11,12 +11,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/sless-dev/sless/lifecycle"
 
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/resources"
@@ -54,21 +55,22 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	before := fj.Status.DeepCopy()
 	fj.Status.ObservedGeneration = fj.Generation
+	apply := func(e lifecycle.JobEvent) { fj.Status.SetWire(lifecycle.NextJob(fj.Status.Wire(), e, time.Now())) }
 	write := func() error {
 		if equality.Semantic.DeepEqual(&fj.Status, before) {
 			return nil
 		}
 		return r.Status().Update(ctx, &fj)
 	}
-	switch {
-	case fj.Spec.RunID == 0:
-		fj.Status.Phase = apiv1.JobSkipped
+	switch lifecycle.NextRun(fj.Spec.RunID, fj.Status.Wire()) {
+	case lifecycle.JobSkip:
+		apply(lifecycle.RunSkipped{})
 		return ctrl.Result{}, write()
-	case fj.Spec.RunID > fj.Status.LastRunID:
+	case lifecycle.JobRun:
 		var fn slessv1.Function
 		err := r.Get(ctx, client.ObjectKey{Namespace: fj.Namespace, Name: fj.Spec.FunctionRef}, &fn)
 		if apierrors.IsNotFound(err) || (err == nil && fn.Status.Image == "") {
-			fj.Status.Phase, fj.Status.Message = apiv1.JobPending, fmt.Sprintf("waiting for function %q to be built", fj.Spec.FunctionRef)
+			apply(lifecycle.RunWaiting{Message: fmt.Sprintf("waiting for function %q to be built", fj.Spec.FunctionRef)})
 			return ctrl.Result{RequeueAfter: 2 * time.Second}, write()
 		}
 		if err != nil {
@@ -84,40 +86,35 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		} else if !apierrors.IsAlreadyExists(err) {
 			return ctrl.Result{}, err
 		}
-		now := metav1.Now()
-		fj.Status = slessv1.FunctionJobStatus{Phase: apiv1.JobRunning, JobName: job.Name, LastRunID: fj.Spec.RunID, StartTime: &now,
-			ObservedGeneration: fj.Generation, Conditions: fj.Status.Conditions}
+		apply(lifecycle.RunStarted{RunID: fj.Spec.RunID})
+		fj.Status.JobName = job.Name
 		return ctrl.Result{}, write()
-	case fj.Status.Phase == apiv1.JobRunning:
-		var job batchv1.Job
-		if err := r.Get(ctx, client.ObjectKey{Namespace: fj.Namespace, Name: fj.Status.JobName}, &job); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
-		done, ok := finished(&job)
-		if !done {
-			return ctrl.Result{}, nil // the Job's status change brings us back (Owns)
-		}
-		msg, err := podTerminationMessage(ctx, uncached(r.APIReader, r.Client), &job)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		now := metav1.Now()
-		fj.Status.CompletionTime = &now
-		fj.Status.Phase, fj.Status.Message = apiv1.JobFailed, msg
-		if ok {
-			fj.Status.Phase = apiv1.JobSucceeded
-		}
-		if err := write(); err != nil {
-			return ctrl.Result{}, err
-		}
-		if ok {
-			r.event(&fj, corev1.EventTypeNormal, "Succeeded", "run_id %d: %s", fj.Status.LastRunID, msg)
-		} else {
-			r.event(&fj, corev1.EventTypeWarning, "Failed", "run_id %d: %s", fj.Status.LastRunID, msg)
-		}
-		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, write()
+	if fj.Status.Phase != apiv1.JobRunning {
+		return ctrl.Result{}, write()
+	}
+	var job batchv1.Job
+	if err := r.Get(ctx, client.ObjectKey{Namespace: fj.Namespace, Name: fj.Status.JobName}, &job); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	done, ok := finished(&job)
+	if !done {
+		return ctrl.Result{}, nil // the Job's status change brings us back (Owns)
+	}
+	msg, err := podTerminationMessage(ctx, uncached(r.APIReader, r.Client), &job)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	apply(lifecycle.RunFinished{RunID: fj.Status.LastRunID, OK: ok, Message: msg})
+	if err := write(); err != nil {
+		return ctrl.Result{}, err
+	}
+	if ok {
+		r.event(&fj, corev1.EventTypeNormal, "Succeeded", "run_id %d: %s", fj.Status.LastRunID, msg)
+	} else {
+		r.event(&fj, corev1.EventTypeWarning, "Failed", "run_id %d: %s", fj.Status.LastRunID, msg)
+	}
+	return ctrl.Result{}, nil
 }
 
 func finished(job *batchv1.Job) (done, ok bool) {

@@ -17,9 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sless-dev/sless/activator"
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/internal/kubetest"
+	"github.com/sless-dev/sless/invoke"
 	"github.com/sless-dev/sless/operator/controllers"
 )
 
@@ -192,7 +192,7 @@ func TestLoadScraperSumsTheReplicas(t *testing.T) {
 }
 
 // A request held in another process reaches the Scaler's poke at once: the scraper long-polls
-// every replica's apiv1.PokesPath (api.Pokes).
+// every replica's apiv1.PokesPath (invoke.Pokes).
 func TestLoadScraperWatchesPokes(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -201,7 +201,7 @@ func TestLoadScraperWatchesPokes(t *testing.T) {
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	pokes := api.NewPokes()
+	pokes := invoke.NewPokes()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == apiv1.PokesPath {
 			pokes.ServeHTTP(w, r)

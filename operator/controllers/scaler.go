@@ -188,7 +188,7 @@ func (s *Scaler) scale(ctx context.Context, fn *slessv1.Function, load activator
 		delete(s.busy, key)
 		return
 	}
-	if fn.Status.Image == "" || fn.Status.Message == msgDisabledByTriggers {
+	if fn.Status.Image == "" || fn.Status.IsDisabled() {
 		return
 	}
 	var dep appsv1.Deployment
@@ -258,6 +258,3 @@ func (s *Scaler) scale(ctx context.Context, fn *slessv1.Function, load activator
 	}
 	log.FromContext(ctx).Info("scaled", "function", key, "from", current, "to", n, "reason", d.Reason)
 }
-
-// msgDisabledByTriggers is the status message of a function its http triggers switch off.
-const msgDisabledByTriggers = "stopped: disabled by its http triggers"

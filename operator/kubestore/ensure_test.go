@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/operator/kubestore"
 	"github.com/sless-dev/sless/operator/resources"
 )
@@ -179,7 +179,7 @@ func TestEnsureRefusesANamespaceItDoesNotManage(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := kubestore.New(c, nil, tenantConfig("x", resources.TenantQuota{}), nil).Namespaces.Ensure(ctx, ns)
-	if !errors.Is(err, api.ErrConflict) {
+	if !errors.Is(err, objects.ErrConflict) {
 		t.Errorf("ensure of an unmanaged namespace: %v", err)
 	}
 	var q corev1.ResourceQuota

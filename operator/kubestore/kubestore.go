@@ -25,9 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/activator"
-	"github.com/sless-dev/sless/api"
-	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/objects"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/resources"
 	"github.com/sless-dev/sless/runspec"
@@ -41,23 +40,23 @@ import (
 // Secrets: create and update (a whole object, which returns nothing of the old one), never read.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update
 
-// New is an api.Backend on the cluster c reaches; /fn/ goes where resolver says (an
+// New is an objects.Backend on the cluster c reaches; /fn/ goes where resolver says (an
 // EndpointResolver in the operator).
-func New(c client.Client, code codestore.Store, tenant resources.TenantConfig, resolver api.Resolver) api.Backend {
-	return api.Backend{
+func New(c client.Client, code codestore.Store, tenant resources.TenantConfig, resolver objects.Resolver) objects.Backend {
+	return objects.Backend{
 		Namespaces:  &namespaces{c: c, tenant: tenant},
 		Functions:   &functions{c: c},
 		Triggers:    &triggers{c: c},
 		Jobs:        &jobs{c: c},
-		Invocations: api.NewInvocationRing(1000),
+		Invocations: objects.NewInvocationRing(1000),
 		Code:        code,
 		Resolver:    resolver,
 	}
 }
 
 // ServingView is what /fn/ reads per request, from c (the manager's cache in the operator).
-func ServingView(c client.Client) *api.ServingView {
-	return &api.ServingView{Functions: &functions{c: c}, Triggers: &triggers{c: c}}
+func ServingView(c client.Client) *objects.ServingView {
+	return &objects.ServingView{Functions: &functions{c: c}, Triggers: &triggers{c: c}}
 }
 
 // notFound maps the API server's refusals to the API's errors.
@@ -65,13 +64,13 @@ func notFound(err error, ns, name string) error {
 	// The ResourceQuota admission's refusal ("… is forbidden: exceeded quota: sless-quota,
 	// requested: count/functions.sless.dev=1, used: …, limited: …"): nothing was stored.
 	if _, detail, ok := strings.Cut(errString(err), "exceeded quota: "); ok && apierrors.IsForbidden(err) {
-		return fmt.Errorf("%w: %s (the namespace's ResourceQuota: delete something first, or ask the platform's operator to raise it)", api.ErrQuotaExceeded, detail)
+		return fmt.Errorf("%w: %s (the namespace's ResourceQuota: delete something first, or ask the platform's operator to raise it)", objects.ErrQuotaExceeded, detail)
 	}
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("%s/%s: %w", ns, name, api.ErrNotFound)
+		return fmt.Errorf("%s/%s: %w", ns, name, objects.ErrNotFound)
 	}
 	if apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("%s/%s: %w", ns, name, api.ErrAlreadyExists)
+		return fmt.Errorf("%s/%s: %w", ns, name, objects.ErrAlreadyExists)
 	}
 	return err
 }
@@ -107,7 +106,7 @@ func (r *EndpointResolver) ScaleLimited(ctx context.Context, ns, name string) bo
 	return fn.Status.IsScaleLimited()
 }
 
-// Resolve returns http://<pod IP>:<port> of a ready endpoint, or *api.NotReadyError.
+// Resolve returns http://<pod IP>:<port> of a ready endpoint, or *objects.NotReadyError.
 func (r *EndpointResolver) Resolve(ctx context.Context, ns, name string) (*url.URL, error) {
 	insts, err := r.Instances(ctx, ns, name)
 	if err != nil {
@@ -120,7 +119,7 @@ func (r *EndpointResolver) Resolve(ctx context.Context, ns, name string) (*url.U
 		}
 	}
 	if len(ready) == 0 {
-		return nil, &api.NotReadyError{Reason: "no ready instance"}
+		return nil, &objects.NotReadyError{Reason: "no ready instance"}
 	}
 	// Slices come in any order; the rotation should not depend on it.
 	sort.Slice(ready, func(i, j int) bool { return ready[i].Host < ready[j].Host })
@@ -254,9 +253,9 @@ func ensureNamespace(ctx context.Context, c client.Client, want *corev1.Namespac
 		}
 		switch {
 		case cur.Labels[runspec.LabelManagedBy] != runspec.ManagedBy:
-			return fmt.Errorf("namespace %s exists and is not managed by sless (label %s=%s): %w", want.Name, runspec.LabelManagedBy, runspec.ManagedBy, api.ErrConflict)
+			return fmt.Errorf("namespace %s exists and is not managed by sless (label %s=%s): %w", want.Name, runspec.LabelManagedBy, runspec.ManagedBy, objects.ErrConflict)
 		case !cur.DeletionTimestamp.IsZero():
-			return fmt.Errorf("namespace %s is being deleted; ensure it again once it is gone: %w", want.Name, api.ErrConflict)
+			return fmt.Errorf("namespace %s is being deleted; ensure it again once it is gone: %w", want.Name, objects.ErrConflict)
 		case hasLabels(&cur, want.Labels):
 			return nil
 		}
@@ -386,8 +385,8 @@ func (n *namespaces) Delete(ctx context.Context, ns string) error {
 type functions struct{ c client.Client }
 
 // functionSpec is the API's spec of a Function object.
-func functionSpec(f *slessv1.Function) api.FunctionSpec {
-	out := api.FunctionSpec{Name: f.Name, Runtime: f.Spec.Runtime, Entrypoint: f.Spec.Entrypoint, MemoryMB: int(f.Spec.MemoryMB),
+func functionSpec(f *slessv1.Function) objects.FunctionSpec {
+	out := objects.FunctionSpec{Name: f.Name, Runtime: f.Spec.Runtime, Entrypoint: f.Spec.Entrypoint, MemoryMB: int(f.Spec.MemoryMB),
 		TimeoutSec: int(f.Spec.TimeoutSec), CodeSHA256: f.Spec.CodeSHA256, MinReplicas: int(f.Spec.MinReplicas),
 		MaxReplicas: int(f.Spec.MaxReplicas), Concurrency: int(f.Spec.Concurrency), IdleTimeoutSec: int(f.Spec.IdleTimeoutSec)}
 	if len(f.Spec.Env) > 0 {
@@ -399,30 +398,13 @@ func functionSpec(f *slessv1.Function) api.FunctionSpec {
 	return out
 }
 
-func toFunction(f *slessv1.Function) api.Function {
-	s := f.Status
-	st := apiv1.FunctionStatus{Phase: s.Phase, Image: s.Image, Message: s.Message, Replicas: int(s.Replicas), DesiredReplicas: int(s.DesiredReplicas),
-		ScaleLimited: s.IsScaleLimited()}
-	if s.LastBuiltAt != nil {
-		t := s.LastBuiltAt.Time
-		st.LastBuiltAt = &t
-	}
-	if s.Build != nil {
-		st.Build = &apiv1.BuildInfo{DurationMS: s.Build.DurationMS, DepsKey: s.Build.DepsKey, DepsCached: s.Build.DepsCached}
-	}
-	// The Built and Ready conditions, as on the single host (ScaleLimited is scale_limited).
-	for _, c := range s.Conditions {
-		if c.Type == slessv1.FunctionBuilt || c.Type == slessv1.FunctionReady {
-			st.Conditions = append(st.Conditions, apiv1.Condition{Type: c.Type, Status: string(c.Status), Reason: c.Reason,
-				Message: c.Message, LastTransitionTime: c.LastTransitionTime.UTC()})
-		}
-	}
-	return api.Function{Spec: functionSpec(f), Status: st, Generation: f.Generation, ObservedGeneration: s.ObservedGeneration,
-		Deleting: !f.DeletionTimestamp.IsZero()}
+func toFunction(f *slessv1.Function) objects.Function {
+	return objects.Function{Spec: functionSpec(f), Status: f.Status.Lifecycle(), Generation: f.Generation,
+		ObservedGeneration: f.Status.ObservedGeneration, Deleting: !f.DeletionTimestamp.IsZero()}
 }
 
 // setSpec writes the API's spec into the object's spec (env vars sorted by name).
-func setSpec(in api.FunctionSpec, f *slessv1.Function) {
+func setSpec(in objects.FunctionSpec, f *slessv1.Function) {
 	f.Spec.Runtime, f.Spec.Entrypoint = in.Runtime, in.Entrypoint
 	f.Spec.MemoryMB, f.Spec.TimeoutSec = int32(in.MemoryMB), int32(in.TimeoutSec)
 	f.Spec.MinReplicas, f.Spec.MaxReplicas = int32(in.MinReplicas), int32(in.MaxReplicas)
@@ -439,12 +421,12 @@ func setSpec(in api.FunctionSpec, f *slessv1.Function) {
 	}
 }
 
-func (s *functions) List(ctx context.Context, ns string) ([]api.Function, error) {
+func (s *functions) List(ctx context.Context, ns string) ([]objects.Function, error) {
 	var l slessv1.FunctionList
 	if err := s.c.List(ctx, &l, client.InNamespace(ns)); err != nil {
 		return nil, err
 	}
-	out := make([]api.Function, 0, len(l.Items))
+	out := make([]objects.Function, 0, len(l.Items))
 	for i := range l.Items {
 		out = append(out, toFunction(&l.Items[i]))
 	}
@@ -452,19 +434,19 @@ func (s *functions) List(ctx context.Context, ns string) ([]api.Function, error)
 	return out, nil
 }
 
-func (s *functions) Get(ctx context.Context, ns, name string) (api.Function, error) {
+func (s *functions) Get(ctx context.Context, ns, name string) (objects.Function, error) {
 	var f slessv1.Function
 	if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &f); err != nil {
-		return api.Function{}, notFound(err, ns, name)
+		return objects.Function{}, notFound(err, ns, name)
 	}
 	return toFunction(&f), nil
 }
 
-func (s *functions) Create(ctx context.Context, ns string, in api.FunctionSpec) (api.Function, error) {
+func (s *functions) Create(ctx context.Context, ns string, in objects.FunctionSpec) (objects.Function, error) {
 	f := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: in.Name, Namespace: ns}}
 	setSpec(in, f)
 	if err := createUnderQuota(ctx, s.c, f); err != nil {
-		return api.Function{}, notFound(err, ns, in.Name)
+		return objects.Function{}, notFound(err, ns, in.Name)
 	}
 	return toFunction(f), nil
 }
@@ -502,8 +484,8 @@ func createUnderQuota(ctx context.Context, c client.Client, obj client.Object) e
 	}
 }
 
-func (s *functions) Update(ctx context.Context, ns, name string, fn func(*api.FunctionSpec) error) (api.Function, error) {
-	var out api.Function
+func (s *functions) Update(ctx context.Context, ns, name string, fn func(*objects.FunctionSpec) error) (objects.Function, error) {
+	var out objects.Function
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var f slessv1.Function
 		if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &f); err != nil {

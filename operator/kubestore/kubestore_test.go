@@ -17,11 +17,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apitest"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/kubetest"
+	"github.com/sless-dev/sless/lifecycle"
+	"github.com/sless-dev/sless/objects"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/kubestore"
 	"github.com/sless-dev/sless/operator/resources"
@@ -37,7 +38,7 @@ func TestMain(m *testing.M) {
 
 // kubeBackend is the Kubernetes store on a real kube-apiserver (one per test binary: every Env is
 // its own tenant, and a deleted namespace stays Terminating there, with no namespace controller).
-var kubeBackend = apitest.Backend{Name: "kubestore", New: func(t testing.TB, code codestore.Store, r api.Resolver) (api.Backend, apitest.Controller) {
+var kubeBackend = apitest.Backend{Name: "kubestore", New: func(t testing.TB, code codestore.Store, r objects.Resolver) (objects.Backend, apitest.Controller) {
 	c := shared.Get(t).Client
 	return kubestore.New(c, code, resources.TenantConfig{OperatorNamespace: "sless-system", DockerConfigJSON: func(string) []byte { return []byte(`{"auths":{}}`) }}, r), controller{c}
 }}
@@ -45,15 +46,16 @@ var kubeBackend = apitest.Backend{Name: "kubestore", New: func(t testing.TB, cod
 // controller plays the reconcilers: it writes the CRDs' status with observedGeneration.
 type controller struct{ c client.Client }
 
-func (k controller) SetFunctionStatus(ns, name string, f func(*apiv1.FunctionStatus)) error {
+func (k controller) SetFunctionStatus(ns, name string, f func(*lifecycle.FunctionStatus)) error {
 	ctx := context.Background()
 	var fn slessv1.Function
 	if err := k.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &fn); err != nil {
 		return err
 	}
-	st := apiv1.FunctionStatus{Phase: fn.Status.Phase, Image: fn.Status.Image, Message: fn.Status.Message}
+	st := fn.Status.Lifecycle()
 	f(&st)
-	fn.Status.Phase, fn.Status.Image, fn.Status.Message, fn.Status.ObservedGeneration = st.Phase, st.Image, st.Message, fn.Generation
+	fn.Status.SetLifecycle(st, fn.Generation)
+	fn.Status.ObservedGeneration = fn.Generation
 	return k.c.Status().Update(ctx, &fn)
 }
 
@@ -63,9 +65,10 @@ func (k controller) SetJobStatus(ns, name string, f func(*apiv1.JobStatus)) erro
 	if err := k.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &j); err != nil {
 		return err
 	}
-	st := apiv1.JobStatus{Phase: j.Status.Phase, Message: j.Status.Message, LastRunID: j.Status.LastRunID}
+	st := j.Status.Wire()
 	f(&st)
-	j.Status.Phase, j.Status.Message, j.Status.LastRunID, j.Status.ObservedGeneration = st.Phase, st.Message, st.LastRunID, j.Generation
+	j.Status.SetWire(st)
+	j.Status.ObservedGeneration = j.Generation
 	return k.c.Status().Update(ctx, &j)
 }
 
@@ -208,7 +211,7 @@ func TestEndpointResolver(t *testing.T) {
 	ns := "sless-00000000000000e1"
 	env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	r := &kubestore.EndpointResolver{Reader: env.Client}
-	var nr *api.NotReadyError
+	var nr *objects.NotReadyError
 	if _, err := r.Resolve(ctx, ns, "fn"); !errors.As(err, &nr) {
 		t.Fatalf("no endpoints: %v", err)
 	}
@@ -303,7 +306,7 @@ func TestScaleLimitedReachesTheAPI(t *testing.T) {
 	if r.ScaleLimited(ctx, ns, "f") || r.ScaleLimited(ctx, ns, "missing") {
 		t.Fatal("limited before any condition")
 	}
-	fn.MarkScaleLimited("QuotaExceeded", `scale-up stopped at 1 of 3 replicas by the tenant quota "sless-tenant"`)
+	fn.Apply(lifecycle.Scaled{Replicas: 1, Desired: 3, Limited: `scale-up stopped at 1 of 3 replicas by the tenant quota "sless-tenant"`}, time.Now())
 	if err := env.Client.Status().Update(ctx, fn); err != nil {
 		t.Fatal(err)
 	}

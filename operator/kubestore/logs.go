@@ -17,10 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/fnlog"
+	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/runspec"
 )
 
@@ -30,7 +30,7 @@ import (
 // FunctionContainer is the container of a function pod whose output is the function's log.
 const FunctionContainer = "function"
 
-// Logs is api.Logs on the cluster: a function's pods (read through the kubelet, stdout and stderr
+// Logs is objects.Logs on the cluster: a function's pods (read through the kubelet, stdout and stderr
 // merged as Kubernetes keeps them) and the logs of its stopped pods the controller kept in the
 // code store (fnlog.StoppedKey, for fnlog.KeepStopped).
 type Logs struct {
@@ -43,7 +43,7 @@ type Logs struct {
 	Poll time.Duration
 }
 
-var _ api.Logs = (*Logs)(nil)
+var _ objects.Logs = (*Logs)(nil)
 
 // functionPods selects a function's serving pods (not its deps, job or cron pods).
 func functionPods(name string) string {
@@ -52,16 +52,16 @@ func functionPods(name string) string {
 
 // LogInstances lists the function's pods and its stopped pods' kept logs (younger than
 // fnlog.KeepStopped); a pod that is both is listed live.
-func (l *Logs) LogInstances(ctx context.Context, ns, name string) ([]api.LogInstance, error) {
+func (l *Logs) LogInstances(ctx context.Context, ns, name string) ([]objects.LogInstance, error) {
 	pods, err := l.Pods.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: functionPods(name)})
 	if err != nil {
 		return nil, err
 	}
-	var out []api.LogInstance
+	var out []objects.LogInstance
 	live := map[string]bool{}
 	for _, p := range pods.Items {
 		live[p.Name] = true
-		out = append(out, api.LogInstance{ID: p.Name})
+		out = append(out, objects.LogInstance{ID: p.Name})
 	}
 	kept, err := l.Code.List(ctx, fnlog.StoppedPrefix(ns, name))
 	if err != nil {
@@ -73,14 +73,14 @@ func (l *Logs) LogInstances(ctx context.Context, ns, name string) ([]api.LogInst
 		if !ok || id == "" || strings.Contains(id, "/") || live[id] || now.Sub(o.Modified) >= fnlog.KeepStopped {
 			continue // the collector deletes it soon
 		}
-		out = append(out, api.LogInstance{ID: id, Stopped: true})
+		out = append(out, objects.LogInstance{ID: id, Stopped: true})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
 
 // ReadLog reads a pod's log through the kubelet, or a stopped pod's kept lines.
-func (l *Logs) ReadLog(ctx context.Context, ns, name string, inst api.LogInstance, q api.LogQuery, emit func(apiv1.LogLine) error) error {
+func (l *Logs) ReadLog(ctx context.Context, ns, name string, inst objects.LogInstance, q objects.LogQuery, emit func(apiv1.LogLine) error) error {
 	if inst.Stopped {
 		return l.readKept(ctx, ns, name, inst.ID, q, emit)
 	}
@@ -91,10 +91,10 @@ func (l *Logs) ReadLog(ctx context.Context, ns, name string, inst api.LogInstanc
 // is done (being deleted, or its phase final) and its function container has ended, or ctx ends:
 // what the controller keeps of a stopping pod.
 func (l *Logs) FollowPod(ctx context.Context, ns, name, pod string, emit func(apiv1.LogLine) error) error {
-	return l.readPod(ctx, ns, name, pod, api.LogQuery{Tail: -1, Follow: true}, false, emit)
+	return l.readPod(ctx, ns, name, pod, objects.LogQuery{Tail: -1, Follow: true}, false, emit)
 }
 
-func (l *Logs) readKept(ctx context.Context, ns, name, id string, q api.LogQuery, emit func(apiv1.LogLine) error) error {
+func (l *Logs) readKept(ctx context.Context, ns, name, id string, q objects.LogQuery, emit func(apiv1.LogLine) error) error {
 	lines, err := fnlog.Load[apiv1.LogLine](ctx, l.Code, fnlog.StoppedKey(ns, name, id))
 	if err != nil {
 		return err
@@ -116,7 +116,7 @@ func (e errEmit) Unwrap() error { return e.error }
 // start). Followed, it goes on across container restarts and a broken connection (resuming after
 // the last line it sent) until the pod is done. A pod gone before the first read is read from
 // what the controller kept of it when kept is set.
-func (l *Logs) readPod(ctx context.Context, ns, name, pod string, q api.LogQuery, kept bool, emit func(apiv1.LogLine) error) error {
+func (l *Logs) readPod(ctx context.Context, ns, name, pod string, q objects.LogQuery, kept bool, emit func(apiv1.LogLine) error) error {
 	poll := cmp.Or(l.Poll, time.Second)
 	var last time.Time // the newest line sent
 	if q.Follow && q.Tail == 0 {

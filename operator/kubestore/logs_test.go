@@ -13,10 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/fnlog"
+	"github.com/sless-dev/sless/objects"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/kubestore"
 	"github.com/sless-dev/sless/operator/resources"
@@ -114,7 +114,7 @@ func TestLogInstances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []api.LogInstance{{ID: "hello-a"}, {ID: "hello-b"}, {ID: "hello-gone", Stopped: true}, {ID: "hello-old", Stopped: true}}
+	want := []objects.LogInstance{{ID: "hello-a"}, {ID: "hello-b"}, {ID: "hello-gone", Stopped: true}, {ID: "hello-old", Stopped: true}}
 	if len(got) != len(want) {
 		t.Fatalf("instances %+v, want %+v", got, want)
 	}
@@ -124,7 +124,7 @@ func TestLogInstances(t *testing.T) {
 		}
 	}
 
-	read := func(inst api.LogInstance, q api.LogQuery) []apiv1.LogLine {
+	read := func(inst objects.LogInstance, q objects.LogQuery) []apiv1.LogLine {
 		t.Helper()
 		var out []apiv1.LogLine
 		if err := logs.ReadLog(ctx, ns, "hello", inst, q, func(l apiv1.LogLine) error { out = append(out, l); return nil }); err != nil {
@@ -132,33 +132,33 @@ func TestLogInstances(t *testing.T) {
 		}
 		return out
 	}
-	if l := read(api.LogInstance{ID: "hello-old", Stopped: true}, api.LogQuery{Tail: -1}); len(l) != 1 || l[0].Line != "kept" {
+	if l := read(objects.LogInstance{ID: "hello-old", Stopped: true}, objects.LogQuery{Tail: -1}); len(l) != 1 || l[0].Line != "kept" {
 		t.Errorf("a stopped pod's kept log: %+v", l)
 	}
-	if l := read(api.LogInstance{ID: "hello-old", Stopped: true}, api.LogQuery{Tail: 10, Since: time.Now().Add(time.Minute)}); len(l) != 0 {
+	if l := read(objects.LogInstance{ID: "hello-old", Stopped: true}, objects.LogQuery{Tail: 10, Since: time.Now().Add(time.Minute)}); len(l) != 0 {
 		t.Errorf("since after every kept line: %+v", l)
 	}
 	// A pod that has not started: nothing, at once.
-	if l := read(api.LogInstance{ID: "hello-a"}, api.LogQuery{Tail: 10}); len(l) != 0 {
+	if l := read(objects.LogInstance{ID: "hello-a"}, objects.LogQuery{Tail: 10}); len(l) != 0 {
 		t.Errorf("a pod not started: %+v", l)
 	}
 	// Followed, it is waited for until the reader goes.
 	fctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if err := logs.ReadLog(fctx, ns, "hello", api.LogInstance{ID: "hello-a"}, api.LogQuery{Tail: 10, Follow: true}, func(apiv1.LogLine) error { return nil }); err != nil {
+	if err := logs.ReadLog(fctx, ns, "hello", objects.LogInstance{ID: "hello-a"}, objects.LogQuery{Tail: 10, Follow: true}, func(apiv1.LogLine) error { return nil }); err != nil {
 		t.Errorf("following a pod not started: %v", err)
 	}
 	if d := time.Since(start); d < 250*time.Millisecond {
 		t.Errorf("following a pod not started returned after %v, before the reader went", d)
 	}
 	// Listed live, gone when read: what was kept of it.
-	if l := read(api.LogInstance{ID: "hello-gone"}, api.LogQuery{Tail: 10}); len(l) != 1 || l[0].Line != "kept" {
+	if l := read(objects.LogInstance{ID: "hello-gone"}, objects.LogQuery{Tail: 10}); len(l) != 1 || l[0].Line != "kept" {
 		t.Errorf("a pod gone between listing and reading: %+v", l)
 	}
 	// Not one of the function's serving pods: nothing.
 	for _, id := range []string{"hello-deps", "other-a"} {
-		if l := read(api.LogInstance{ID: id}, api.LogQuery{Tail: 10}); len(l) != 0 {
+		if l := read(objects.LogInstance{ID: id}, objects.LogQuery{Tail: 10}); len(l) != 0 {
 			t.Errorf("%s read as a pod of hello: %+v", id, l)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/operator/kubestore"
 	"github.com/sless-dev/sless/operator/resources"
 )
@@ -45,7 +45,7 @@ func TestCreateWaitsForTheQuotaStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := store.Functions.Create(ctx, ns, api.FunctionSpec{Name: "f", Runtime: "python3.11"}); err != nil {
+	if _, err := store.Functions.Create(ctx, ns, objects.FunctionSpec{Name: "f", Runtime: "python3.11"}); err != nil {
 		t.Fatalf("create while the quota was being counted: %v", err)
 	}
 	if refusals != 0 {

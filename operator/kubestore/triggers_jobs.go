@@ -8,15 +8,15 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/objects"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 )
 
 type triggers struct{ c client.Client }
 
-func toTrigger(t *slessv1.Trigger) api.Trigger {
-	out := api.Trigger{Spec: api.TriggerSpec{Name: t.Name, Type: t.Spec.Type, FunctionRef: t.Spec.FunctionRef, Schedule: t.Spec.Schedule, Enabled: t.Spec.Enabled},
+func toTrigger(t *slessv1.Trigger) objects.Trigger {
+	out := objects.Trigger{Spec: objects.TriggerSpec{Name: t.Name, Type: t.Spec.Type, FunctionRef: t.Spec.FunctionRef, Schedule: t.Spec.Schedule, Enabled: t.Spec.Enabled},
 		Status:     apiv1.TriggerStatus{Active: t.Status.Active, URL: t.Status.URL},
 		Generation: t.Generation, ObservedGeneration: t.Status.ObservedGeneration}
 	if t.Status.LastScheduleTime != nil {
@@ -26,12 +26,12 @@ func toTrigger(t *slessv1.Trigger) api.Trigger {
 	return out
 }
 
-func (s *triggers) List(ctx context.Context, ns string) ([]api.Trigger, error) {
+func (s *triggers) List(ctx context.Context, ns string) ([]objects.Trigger, error) {
 	var l slessv1.TriggerList
 	if err := s.c.List(ctx, &l, client.InNamespace(ns)); err != nil {
 		return nil, err
 	}
-	out := make([]api.Trigger, 0, len(l.Items))
+	out := make([]objects.Trigger, 0, len(l.Items))
 	for i := range l.Items {
 		out = append(out, toTrigger(&l.Items[i]))
 	}
@@ -39,26 +39,26 @@ func (s *triggers) List(ctx context.Context, ns string) ([]api.Trigger, error) {
 	return out, nil
 }
 
-func (s *triggers) Get(ctx context.Context, ns, name string) (api.Trigger, error) {
+func (s *triggers) Get(ctx context.Context, ns, name string) (objects.Trigger, error) {
 	var t slessv1.Trigger
 	if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &t); err != nil {
-		return api.Trigger{}, notFound(err, ns, name)
+		return objects.Trigger{}, notFound(err, ns, name)
 	}
 	return toTrigger(&t), nil
 }
 
-func (s *triggers) Create(ctx context.Context, ns string, in api.TriggerSpec) (api.Trigger, error) {
+func (s *triggers) Create(ctx context.Context, ns string, in objects.TriggerSpec) (objects.Trigger, error) {
 	t := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: in.Name, Namespace: ns},
 		Spec: slessv1.TriggerSpec{Type: in.Type, FunctionRef: in.FunctionRef, Schedule: in.Schedule, Enabled: in.Enabled}}
 	if err := s.c.Create(ctx, t); err != nil {
-		return api.Trigger{}, notFound(err, ns, in.Name)
+		return objects.Trigger{}, notFound(err, ns, in.Name)
 	}
 	return toTrigger(t), nil
 }
 
 // Update writes what may change on a trigger's spec: enabled (the CRD refuses changes to the rest).
-func (s *triggers) Update(ctx context.Context, ns, name string, fn func(*api.TriggerSpec) error) (api.Trigger, error) {
-	var out api.Trigger
+func (s *triggers) Update(ctx context.Context, ns, name string, fn func(*objects.TriggerSpec) error) (objects.Trigger, error) {
+	var out objects.Trigger
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var t slessv1.Trigger
 		if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &t); err != nil {
@@ -86,27 +86,17 @@ func (s *triggers) Delete(ctx context.Context, ns, name string) error {
 
 type jobs struct{ c client.Client }
 
-func toJob(j *slessv1.FunctionJob) api.Job {
-	out := api.Job{Spec: api.JobSpec{Name: j.Name, FunctionRef: j.Spec.FunctionRef, EventJSON: j.Spec.EventJSON, RunID: j.Spec.RunID},
-		Status:     apiv1.JobStatus{Phase: j.Status.Phase, Message: j.Status.Message, LastRunID: j.Status.LastRunID},
-		Generation: j.Generation, ObservedGeneration: j.Status.ObservedGeneration}
-	if j.Status.StartTime != nil {
-		ts := j.Status.StartTime.Time
-		out.Status.StartTime = &ts
-	}
-	if j.Status.CompletionTime != nil {
-		ts := j.Status.CompletionTime.Time
-		out.Status.CompletionTime = &ts
-	}
-	return out
+func toJob(j *slessv1.FunctionJob) objects.Job {
+	return objects.Job{Spec: objects.JobSpec{Name: j.Name, FunctionRef: j.Spec.FunctionRef, EventJSON: j.Spec.EventJSON, RunID: j.Spec.RunID},
+		Status: j.Status.Wire(), Generation: j.Generation, ObservedGeneration: j.Status.ObservedGeneration}
 }
 
-func (s *jobs) List(ctx context.Context, ns string) ([]api.Job, error) {
+func (s *jobs) List(ctx context.Context, ns string) ([]objects.Job, error) {
 	var l slessv1.FunctionJobList
 	if err := s.c.List(ctx, &l, client.InNamespace(ns)); err != nil {
 		return nil, err
 	}
-	out := make([]api.Job, 0, len(l.Items))
+	out := make([]objects.Job, 0, len(l.Items))
 	for i := range l.Items {
 		out = append(out, toJob(&l.Items[i]))
 	}
@@ -114,26 +104,26 @@ func (s *jobs) List(ctx context.Context, ns string) ([]api.Job, error) {
 	return out, nil
 }
 
-func (s *jobs) Get(ctx context.Context, ns, name string) (api.Job, error) {
+func (s *jobs) Get(ctx context.Context, ns, name string) (objects.Job, error) {
 	var j slessv1.FunctionJob
 	if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &j); err != nil {
-		return api.Job{}, notFound(err, ns, name)
+		return objects.Job{}, notFound(err, ns, name)
 	}
 	return toJob(&j), nil
 }
 
-func (s *jobs) Create(ctx context.Context, ns string, in api.JobSpec) (api.Job, error) {
+func (s *jobs) Create(ctx context.Context, ns string, in objects.JobSpec) (objects.Job, error) {
 	j := &slessv1.FunctionJob{ObjectMeta: metav1.ObjectMeta{Name: in.Name, Namespace: ns},
 		Spec: slessv1.FunctionJobSpec{FunctionRef: in.FunctionRef, EventJSON: in.EventJSON, RunID: in.RunID}}
 	if err := s.c.Create(ctx, j); err != nil {
-		return api.Job{}, notFound(err, ns, in.Name)
+		return objects.Job{}, notFound(err, ns, in.Name)
 	}
 	return toJob(j), nil
 }
 
 // Update writes run_id and the event (the spec); the FunctionJob reconciler writes the status.
-func (s *jobs) Update(ctx context.Context, ns, name string, fn func(*api.JobSpec) error) (api.Job, error) {
-	var out api.Job
+func (s *jobs) Update(ctx context.Context, ns, name string, fn func(*objects.JobSpec) error) (objects.Job, error) {
+	var out objects.Job
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var j slessv1.FunctionJob
 		if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &j); err != nil {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/internal/kubetest"
+	"github.com/sless-dev/sless/lifecycle"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 )
 
@@ -32,7 +34,7 @@ func TestCRDSchemas(t *testing.T) {
 	if f.Spec.Entrypoint != "handler.handle" || f.Spec.MemoryMB != 128 || f.Spec.TimeoutSec != 30 {
 		t.Errorf("defaults not applied: %+v", f.Spec)
 	}
-	f.MarkBuilding()
+	f.Apply(lifecycle.BuildStarted{Key: "k", CodeSHA256: "c0de"}, time.Now())
 	if err := c.Status().Update(ctx, f); err != nil {
 		t.Fatalf("status subresource: %v", err)
 	}

@@ -1,94 +1,91 @@
 package v1alpha1
 
 import (
-	"k8s.io/apimachinery/pkg/api/meta"
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/lifecycle"
 )
 
-// Condition types of a Function.
+// Condition types of a Function: apiv1's (the reasons are apiv1.Reasons; package lifecycle sets
+// them).
 const (
 	// FunctionBuilt: the image for the current code exists.
-	FunctionBuilt = "Built"
+	FunctionBuilt = apiv1.ConditionBuilt
 	// FunctionReady: the current image serves.
-	FunctionReady = "Ready"
+	FunctionReady = apiv1.ConditionReady
 	// FunctionScaleLimited: the Deployment cannot get the pods it is scaled to (the tenant's
 	// quota is used up; reason QuotaExceeded). Absent when nothing stops it.
-	FunctionScaleLimited = "ScaleLimited"
+	FunctionScaleLimited = apiv1.ConditionScaleLimited
 )
 
-func (s *FunctionStatus) set(t string, st metav1.ConditionStatus, reason, msg string, gen int64) {
-	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen})
+// Lifecycle is the status as package lifecycle's state machine reads it.
+func (s *FunctionStatus) Lifecycle() lifecycle.FunctionStatus {
+	l := lifecycle.FunctionStatus{BuiltCodeSHA256: s.BuiltCodeSHA256, FailedBuildKey: s.FailedBuildKey}
+	l.Phase, l.Image, l.URL, l.Message = s.Phase, s.Image, s.URL, s.Message
+	l.Replicas, l.DesiredReplicas = int(s.Replicas), int(s.DesiredReplicas)
+	if s.LastBuiltAt != nil {
+		t := s.LastBuiltAt.Time.UTC()
+		l.LastBuiltAt = &t
+	}
+	if b := s.Build; b != nil {
+		l.BuildKey = b.Key
+		l.Build = &apiv1.BuildInfo{DurationMS: b.DurationMS, DepsKey: b.DepsKey, DepsCached: b.DepsCached, DepsWarning: b.DepsWarning}
+	}
+	if r := s.BuildRetry; r != nil {
+		l.Retry = &lifecycle.Retry{Key: r.Key, Attempts: int(r.Attempts)}
+	}
+	for _, c := range s.Conditions {
+		l.Conditions = append(l.Conditions, apiv1.Condition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message,
+			LastTransitionTime: c.LastTransitionTime.UTC()})
+	}
+	l.ScaleLimited = l.IsScaleLimited()
+	return l
 }
 
-// MarkBuilding: a build of the current code started.
-func (f *Function) MarkBuilding() {
-	f.Status.Phase, f.Status.Message = apiv1.PhaseBuilding, ""
-	f.Status.set(FunctionBuilt, metav1.ConditionFalse, "Building", "building the image", f.Generation)
-	f.Status.set(FunctionReady, metav1.ConditionFalse, "Building", "waiting for the image", f.Generation)
-}
-
-// MarkInstallingDependencies: the build waits for what fills the dependency cache (msg says what).
-func (f *Function) MarkInstallingDependencies(msg string) {
-	f.Status.Phase, f.Status.Message = apiv1.PhaseBuilding, msg
-	f.Status.set(FunctionBuilt, metav1.ConditionFalse, "InstallingDependencies", msg, f.Generation)
-	f.Status.set(FunctionReady, metav1.ConditionFalse, "Building", "waiting for the image", f.Generation)
-}
-
-// MarkBuilt: the image for the current code exists; b describes its build.
-func (f *Function) MarkBuilt(image string, b BuildStatus) {
-	f.Status.Image, f.Status.BuiltCodeSHA256, f.Status.Build, f.Status.FailedBuildKey = image, f.Spec.CodeSHA256, &b, ""
-	f.Status.set(FunctionBuilt, metav1.ConditionTrue, "Built", image, f.Generation)
-}
-
-// MarkReady: the current image serves.
-func (f *Function) MarkReady() {
-	f.Status.Phase, f.Status.Message = apiv1.PhaseReady, ""
-	f.Status.set(FunctionReady, metav1.ConditionTrue, "Ready", "serving", f.Generation)
-}
-
-// MarkFailed: reason is a CamelCase cause (BuildFailed, DependenciesFailed, StartFailed), msg the details.
-// A build failure that is the function's own latches: failedBuildKey is that build's key.
-func (f *Function) MarkFailed(reason, msg string) {
-	f.Status.Phase, f.Status.Message = apiv1.PhaseFailed, msg
-	f.Status.set(FunctionReady, metav1.ConditionFalse, reason, msg, f.Generation)
-	if reason == "BuildFailed" || reason == "DependenciesFailed" {
-		f.Status.set(FunctionBuilt, metav1.ConditionFalse, reason, msg, f.Generation)
+// SetLifecycle writes l, a status package lifecycle made, into s; generation is the Function's
+// (its conditions describe it).
+func (s *FunctionStatus) SetLifecycle(l lifecycle.FunctionStatus, generation int64) {
+	s.Phase, s.Image, s.URL, s.Message = l.Phase, l.Image, l.URL, l.Message
+	s.BuiltCodeSHA256, s.FailedBuildKey = l.BuiltCodeSHA256, l.FailedBuildKey
+	s.Replicas, s.DesiredReplicas = int32(l.Replicas), int32(l.DesiredReplicas)
+	s.LastBuiltAt = nil
+	if l.LastBuiltAt != nil {
+		t := metav1.NewTime(*l.LastBuiltAt)
+		s.LastBuiltAt = &t
+	}
+	s.Build = nil
+	if l.Build != nil || l.BuildKey != "" {
+		s.Build = &BuildStatus{Key: l.BuildKey}
+		if b := l.Build; b != nil {
+			s.Build.DurationMS, s.Build.DepsKey, s.Build.DepsCached, s.Build.DepsWarning = b.DurationMS, b.DepsKey, b.DepsCached, b.DepsWarning
+		}
+	}
+	s.BuildRetry = nil
+	if r := l.Retry; r != nil {
+		s.BuildRetry = &BuildRetry{Key: r.Key, Attempts: int32(r.Attempts)}
+	}
+	s.Conditions = nil
+	for _, c := range l.Conditions {
+		at := c.LastTransitionTime
+		if at.IsZero() {
+			at = time.Now()
+		}
+		s.Conditions = append(s.Conditions, metav1.Condition{Type: c.Type, Status: metav1.ConditionStatus(c.Status), Reason: c.Reason,
+			Message: c.Message, LastTransitionTime: metav1.NewTime(at.UTC().Truncate(time.Second)), ObservedGeneration: generation})
 	}
 }
 
-// MarkBuildRetrying: the platform failed this build in a way that passes (a registry or code
-// store that did not answer, answered 5xx or throttled) and tries again: still Building, so that
-// clients waiting for Ready (Terraform, the CLI) wait on; the message says why and when.
-func (f *Function) MarkBuildRetrying(reason, msg string) {
-	f.Status.Phase, f.Status.Message = apiv1.PhaseBuilding, msg
-	f.Status.set(FunctionBuilt, metav1.ConditionFalse, reason, msg, f.Generation)
-	f.Status.set(FunctionReady, metav1.ConditionFalse, "Building", "waiting for the image", f.Generation)
-}
-
-// MarkPending: waiting for code.
-func (f *Function) MarkPending(msg string) {
-	f.Status.Phase, f.Status.Message = apiv1.PhasePending, msg
-	f.Status.set(FunctionReady, metav1.ConditionFalse, "Pending", msg, f.Generation)
-}
-
-// MarkScaleLimited: the Deployment cannot get the pods it is scaled to; msg (also the status
-// message) says what stops it.
-func (f *Function) MarkScaleLimited(reason, msg string) {
-	f.Status.Message = msg
-	f.Status.set(FunctionScaleLimited, metav1.ConditionTrue, reason, msg, f.Generation)
-}
-
-// ClearScaleLimited: nothing stops the Deployment's pods now; the message goes with the condition.
-func (f *Function) ClearScaleLimited() {
-	if c := meta.FindStatusCondition(f.Status.Conditions, FunctionScaleLimited); c != nil && c.Message == f.Status.Message {
-		f.Status.Message = ""
-	}
-	meta.RemoveStatusCondition(&f.Status.Conditions, FunctionScaleLimited)
+// Apply moves the Function's status through package lifecycle's state machine: the one way its
+// controller changes phase, message and conditions.
+func (f *Function) Apply(e lifecycle.Event, now time.Time) {
+	f.Status.SetLifecycle(lifecycle.Next(f.Status.Lifecycle(), e, now), f.Generation)
 }
 
 // IsScaleLimited reports whether the Deployment cannot get the pods it is scaled to.
-func (s *FunctionStatus) IsScaleLimited() bool {
-	return meta.IsStatusConditionTrue(s.Conditions, FunctionScaleLimited)
-}
+func (s *FunctionStatus) IsScaleLimited() bool { return s.Lifecycle().IsScaleLimited() }
+
+// IsDisabled reports whether the function's http triggers switch it off.
+func (s *FunctionStatus) IsDisabled() bool { return s.Lifecycle().IsDisabled() }

@@ -74,6 +74,17 @@ type BuildStatus struct {
 	DurationMS int64  `json:"durationMS,omitempty"`
 	DepsKey    string `json:"depsKey,omitempty"`
 	DepsCached bool   `json:"depsCached,omitempty"`
+	// DepsWarning says what the dependency install warned about (an unpinned install).
+	// +optional
+	DepsWarning string `json:"depsWarning,omitempty"`
+}
+
+// BuildRetry counts the platform's failures in a row of one build (package lifecycle's budget).
+type BuildRetry struct {
+	// Key is the build's key.
+	Key string `json:"key"`
+	// Attempts is how many times in a row the platform failed it.
+	Attempts int32 `json:"attempts"`
 }
 
 // FunctionStatus is what the operator made of it.
@@ -103,6 +114,10 @@ type FunctionStatus struct {
 	// retried until the key changes (new code, runtime or entrypoint).
 	// +optional
 	FailedBuildKey string `json:"failedBuildKey,omitempty"`
+	// BuildRetry counts the platform's failures in a row of the current build: it is Building while
+	// retried, Failed once the retry budget is spent (and still retried).
+	// +optional
+	BuildRetry *BuildRetry `json:"buildRetry,omitempty"`
 	// Replicas are the instances ready now.
 	Replicas int32 `json:"replicas"`
 	// DesiredReplicas are the instances the platform is scaling to.

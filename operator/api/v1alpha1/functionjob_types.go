@@ -64,3 +64,31 @@ type FunctionJobList struct {
 }
 
 func init() { SchemeBuilder.Register(&FunctionJob{}, &FunctionJobList{}) }
+
+// Wire is the run's status as users see it.
+func (s *FunctionJobStatus) Wire() apiv1.JobStatus {
+	out := apiv1.JobStatus{Phase: s.Phase, Message: s.Message, LastRunID: s.LastRunID}
+	if s.StartTime != nil {
+		t := s.StartTime.Time.UTC()
+		out.StartTime = &t
+	}
+	if s.CompletionTime != nil {
+		t := s.CompletionTime.Time.UTC()
+		out.CompletionTime = &t
+	}
+	return out
+}
+
+// SetWire writes a run's status, as package lifecycle made it, into s.
+func (s *FunctionJobStatus) SetWire(w apiv1.JobStatus) {
+	s.Phase, s.Message, s.LastRunID = w.Phase, w.Message, w.LastRunID
+	s.StartTime, s.CompletionTime = nil, nil
+	if w.StartTime != nil {
+		t := metav1.NewTime(*w.StartTime)
+		s.StartTime = &t
+	}
+	if w.CompletionTime != nil {
+		t := metav1.NewTime(*w.CompletionTime)
+		s.CompletionTime = &t
+	}
+}

@@ -1,4 +1,4 @@
-package api
+package invoke
 
 import (
 	"net/http"
@@ -15,10 +15,10 @@ import (
 // listener only, never beside the public routes: it names every tenant's functions and their
 // traffic. Tenant pods cannot reach it (their NetworkPolicy lets them reach DNS only) and no public
 // Service routes its port. Without pokes, PokesPath is 404.
-func (s *Server) LoadsHandler(pokes *Pokes) http.Handler {
+func (p *Proxy) LoadsHandler(pokes *Pokes) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+apiv1.LoadsPath, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, loadsOf(s.act.Loads()))
+		apiv1.WriteJSON(w, http.StatusOK, loadsOf(p.act.Loads()))
 	})
 	if pokes != nil {
 		mux.Handle("GET "+apiv1.PokesPath, pokes)
@@ -88,7 +88,7 @@ func (p *Pokes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("wait"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
-			writeError(w, r, apiv1.Errorf(apiv1.CodeInvalidArgument, "wait: want a duration such as 30s"))
+			writeError(w, apiv1.Errorf(apiv1.CodeInvalidArgument, "wait: want a duration such as 30s"))
 			return
 		}
 		wait = min(d, MaxPokeWait)
@@ -111,5 +111,5 @@ func (p *Pokes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out.Functions = append(out.Functions, ref)
 	}
 	p.mu.Unlock()
-	writeJSON(w, http.StatusOK, out)
+	apiv1.WriteJSON(w, http.StatusOK, out)
 }

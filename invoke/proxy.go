@@ -1,7 +1,10 @@
-package api
+package invoke
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,15 +12,222 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/runspec"
 )
+
+// Defaults of the options below.
+const (
+	DefaultBodyLimit = 6 << 20
+	DefaultMaxHeld   = 100
+	DefaultDialRetry = 3 * time.Second
+)
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	bodyLimit int64
+	transport http.RoundTripper
+	dialRetry time.Duration
+	fnDomain  string
+	maxHeld   int
+	registry  prometheus.Registerer
+}
+
+// WithBodyLimit bounds a request body sent to a function. The default is DefaultBodyLimit (6 MiB).
+func WithBodyLimit(n int64) Option { return func(o *options) { o.bodyLimit = n } }
+
+// WithTransport sets the transport to functions. The default keeps 64 idle connections per
+// function and dials with a 5-second timeout.
+func WithTransport(t http.RoundTripper) Option { return func(o *options) { o.transport = t } }
+
+// WithDialRetry is how long a request is retried on a function it cannot connect to (nothing was
+// sent, so any request may be retried), on another instance each time: an instance just reported
+// ready that is not reachable yet, or one a rollout replaced. The default is DefaultDialRetry (3 s);
+// 0 disables it.
+func WithDialRetry(d time.Duration) Option { return func(o *options) { o.dialRetry = d } }
+
+// WithMaxHeld bounds the requests of one function held while every instance is at its concurrency
+// or none is ready yet; beyond it, 429 throttled. The default is DefaultMaxHeld.
+func WithMaxHeld(n int) Option { return func(o *options) { o.maxHeld = n } }
+
+// WithFunctionDomain also serves every function at its own origin, https://<name>--<ns>.<domain>/
+// (runspec.FunctionHost), so that one function's pages cannot script another's. The default ""
+// serves functions under /fn/ only.
+func WithFunctionDomain(domain string) Option {
+	return func(o *options) { o.fnDomain = strings.TrimSuffix(strings.TrimPrefix(domain, "."), ".") }
+}
+
+// WithMetrics registers the per-function series (requests, durations, cold starts, in flight,
+// held, replicas) on r. The default registers them nowhere.
+func WithMetrics(r prometheus.Registerer) Option { return func(o *options) { o.registry = r } }
+
+// Proxy serves /fn/{ns}/{name}[/…] (and, with WithFunctionDomain, every path on a function's own
+// host): the public entry to a function, no authentication (the function decides what it serves).
+// It hosts the activator, which holds a request no instance can take yet.
+type Proxy struct {
+	o     options
+	view  *objects.ServingView
+	inv   objects.Invocations
+	act   *activator.Activator
+	proxy *httputil.ReverseProxy
+	m     *metrics
+}
+
+// New serves the functions of backend b: it reads functions and triggers from b.Serving (the
+// stores when nil), routes to b.Instances (or the one instance b.Resolver answers) and records
+// each call in b.Invocations.
+func New(b objects.Backend, opts ...Option) *Proxy {
+	o := options{bodyLimit: DefaultBodyLimit, dialRetry: DefaultDialRetry, maxHeld: DefaultMaxHeld}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.transport == nil {
+		o.transport = &http.Transport{
+			Proxy:                 nil, // functions are reached directly, never through an HTTP proxy
+			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:          1024,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			// A proxy passes bodies through as they are; transparent gzip would decode them.
+			DisableCompression: true,
+		}
+	}
+	p := &Proxy{o: o, view: b.Serving, inv: b.Invocations}
+	if p.view == nil {
+		p.view = &objects.ServingView{Functions: b.Functions, Triggers: b.Triggers}
+	}
+	var src activator.Source = resolverSource{b.Resolver}
+	var aopts []activator.Option
+	if b.Instances != nil {
+		src = b.Instances
+	}
+	if b.Scaler != nil {
+		aopts = append(aopts, activator.WithScaler(b.Scaler))
+	}
+	p.act = activator.New(src, aopts...)
+	p.m = newMetrics(p.act.Loads, p.view)
+	if o.registry != nil {
+		p.m.register(o.registry)
+	}
+	p.proxy = p.newProxy()
+	return p
+}
+
+// Activator is the router and hold queue: its Loads are what the autoscaler decides from.
+func (p *Proxy) Activator() *activator.Activator { return p.act }
+
+// Serves reports whether r is for a function: under /fn/, or on a function's own host.
+func (p *Proxy) Serves(r *http.Request) bool {
+	if p.o.fnDomain != "" {
+		if _, _, under, _ := runspec.SplitFunctionHost(p.o.fnDomain, r.Host); under {
+			return true
+		}
+	}
+	return strings.HasPrefix(r.URL.Path, "/fn/")
+}
+
+// Forget drops what the proxy keeps of a deleted function: its activator state and its series.
+func (p *Proxy) Forget(ns, name string) {
+	p.act.Forget(ns, name)
+	p.m.forget(ns, name)
+}
+
+// resolverSource makes a Resolver an activator.Source: the one instance it answers, ready.
+type resolverSource struct{ r objects.Resolver }
+
+func (s resolverSource) Instances(ctx context.Context, ns, name string) ([]activator.Instance, error) {
+	u, err := s.r.Resolve(ctx, ns, name)
+	var nr *objects.NotReadyError
+	if errors.As(err, &nr) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []activator.Instance{{ID: u.Host, URL: u, Ready: true}}, nil
+}
+
+// A response writer the proxy is given may keep the answer's status and the cause of an error for
+// the request's log line (the API's recorder does); else the proxy keeps the status itself.
+type (
+	statusKeeper interface{ Status() int }
+	causeKeeper  interface{ SetCause(error) }
+)
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Status() int                 { return w.status }
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// RequestID is r's X-Request-Id: the client's when well formed, else a new one, which is then set
+// on r. The API's every answer carries it; /fn/ forwards it to the function and records it.
+func RequestID(r *http.Request) string {
+	id := r.Header.Get("X-Request-Id")
+	if !requestIDPattern.MatchString(id) {
+		var b [8]byte
+		rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+		r.Header.Set("X-Request-Id", id)
+	}
+	return id
+}
+
+func writeError(w http.ResponseWriter, err *apiv1.Error) { err.Write(w) }
+
+// fail answers err for function name: not_found, an API error as it is, else internal (the cause
+// goes to the request's log line, not to the caller).
+func fail(w http.ResponseWriter, name string, err error) {
+	ae := notFound(name, err)
+	if ae.Code == apiv1.CodeInternal {
+		if ck, ok := w.(causeKeeper); ok {
+			ck.SetCause(err)
+		}
+	}
+	ae.Write(w)
+}
+
+func notFound(name string, err error) *apiv1.Error {
+	if errors.Is(err, objects.ErrNotFound) {
+		return apiv1.Errorf(apiv1.CodeNotFound, "function %q not found", name)
+	}
+	var ae *apiv1.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return &apiv1.Error{Status: http.StatusInternalServerError, Code: apiv1.CodeInternal, Message: "internal error; see the server log"}
+}
 
 type proxyTarget struct {
 	ns, name string
@@ -27,6 +237,8 @@ type proxyTarget struct {
 	lease    *activator.Lease
 	lim      activator.Limits
 	start    time.Time // the request's arrival
+	// requestID is the request's X-Request-Id, forwarded and recorded.
+	requestID string
 }
 
 type proxyTargetKey struct{}
@@ -36,7 +248,7 @@ type proxyTargetKey struct{}
 // API's envelope. Streaming needs no FlushInterval: ReverseProxy flushes every write of a response
 // without Content-Length (chunked, text/event-stream) at once, and buffers sized ones, which saves
 // a write per response.
-func (s *Server) newProxy() *httputil.ReverseProxy {
+func (p *Proxy) newProxy() *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(proxyTargetKey{}).(*proxyTarget)
@@ -49,7 +261,7 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			if t.prefix != "" {
 				pr.Out.Header.Set("X-Forwarded-Prefix", t.prefix)
 			}
-			pr.Out.Header.Set("X-Request-Id", RequestIDFrom(pr.In.Context()))
+			pr.Out.Header.Set("X-Request-Id", t.requestID)
 			// The caller's credentials for the platform are not the function's business. Cookies
 			// reach a function only on its own host: under /fn/ the browser also sends what the
 			// origin's other residents set for "/" (an SSO proxy in front of the API, or another
@@ -71,47 +283,50 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 				}
 			}
 			if t.lease != nil && t.lease.Cold {
-				s.metrics.coldStarts.WithLabelValues(t.ns, t.name).Inc()
-				s.metrics.coldStartSecs.WithLabelValues(t.ns, t.name).Observe(time.Since(t.start).Seconds())
+				p.m.coldStarts.WithLabelValues(t.ns, t.name).Inc()
+				p.m.coldStartSecs.WithLabelValues(t.ns, t.name).Observe(time.Since(t.start).Seconds())
 			}
 			return nil
 		},
-		Transport:  &dialRetry{next: s.o.transport, budget: s.o.dialRetry, act: s.act},
+		Transport:  &dialRetry{next: p.o.transport, budget: p.o.dialRetry, act: p.act},
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var mb *http.MaxBytesError
 			switch {
 			case errors.As(err, &mb):
-				writeError(w, r, apiv1.Errorf(apiv1.CodePayloadTooLarge, "the request body exceeds the limit of %d bytes", mb.Limit))
+				writeError(w, apiv1.Errorf(apiv1.CodePayloadTooLarge, "the request body exceeds the limit of %d bytes", mb.Limit))
 			case errors.Is(err, context.DeadlineExceeded):
-				writeError(w, r, apiv1.Errorf(apiv1.CodeUpstreamTimeout, "the function did not answer within its timeout"))
+				writeError(w, apiv1.Errorf(apiv1.CodeUpstreamTimeout, "the function did not answer within its timeout"))
 			case errors.Is(err, context.Canceled):
 				// The caller went away; nobody reads this.
 				w.WriteHeader(499)
 			default:
 				// The cause names the instance's address (and the platform's): it goes to this
 				// request's log line, not to the caller.
-				if rec, ok := w.(*recorder); ok {
-					rec.err = err
+				if ck, ok := w.(causeKeeper); ok {
+					ck.SetCause(err)
 				}
-				writeError(w, r, apiv1.Errorf(apiv1.CodeUpstreamError, "the function's connection failed before it answered"))
+				writeError(w, apiv1.Errorf(apiv1.CodeUpstreamError, "the function's connection failed before it answered"))
 			}
 		},
 	}
 }
 
-// invoke serves /fn/{ns}/{name}[/…], and every path on a function's own host (WithFunctionDomain):
-// the public entry to a Ready function (DESIGN.md §5).
-func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
-	rec, _ := w.(*recorder)
-	if rec != nil {
-		rec.fn = true
+// ServeHTTP serves /fn/{ns}/{name}[/…], and every path on a function's own host
+// (WithFunctionDomain): the public entry to a Ready function (DESIGN.md §5).
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sk, ok := w.(statusKeeper)
+	if !ok {
+		sw := &statusWriter{ResponseWriter: w}
+		w, sk = sw, sw
 	}
+	status := func() int { return cmp.Or(sk.Status(), http.StatusOK) }
+	requestID := RequestID(r)
 	var ns, name, rest, prefix string
-	if s.o.fnDomain != "" {
-		if hns, hname, under, ok := runspec.SplitFunctionHost(s.o.fnDomain, r.Host); under {
+	if p.o.fnDomain != "" {
+		if hns, hname, under, ok := runspec.SplitFunctionHost(p.o.fnDomain, r.Host); under {
 			if !ok {
-				writeError(w, r, apiv1.Errorf(apiv1.CodeNotFound, "no function is served at host %q: use <function>--<namespace>.%s", r.Host, s.o.fnDomain))
+				writeError(w, apiv1.Errorf(apiv1.CodeNotFound, "no function is served at host %q: use <function>--<namespace>.%s", r.Host, p.o.fnDomain))
 				return
 			}
 			ns, name, rest = hns, hname, r.URL.EscapedPath()
@@ -123,7 +338,7 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	if name == "" {
 		var ok bool
 		if ns, name, rest, ok = splitFnPath(r.URL.EscapedPath()); !ok {
-			writeError(w, r, apiv1.Errorf(apiv1.CodeNotFound, "use /fn/{namespace}/{function}[/path]"))
+			writeError(w, apiv1.Errorf(apiv1.CodeNotFound, "use /fn/{namespace}/{function}[/path]"))
 			return
 		}
 		prefix = "/fn/" + mustEscape(ns) + "/" + mustEscape(name)
@@ -134,42 +349,38 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		if !known {
 			return
 		}
-		status := http.StatusOK
-		if rec != nil && rec.status != 0 {
-			status = rec.status
-		}
-		s.b.Invocations.Record(context.WithoutCancel(r.Context()), ns, name, apiv1.Invocation{
-			Time: start.UTC(), Status: status, RequestID: RequestIDFrom(r.Context()),
+		p.inv.Record(context.WithoutCancel(r.Context()), ns, name, apiv1.Invocation{
+			Time: start.UTC(), Status: status(), RequestID: requestID,
 			DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 		})
 	}()
-	fn, err := s.view.Functions.Get(r.Context(), ns, name)
+	fn, err := p.view.Functions.Get(r.Context(), ns, name)
 	if err == nil && fn.Deleting {
-		err = ErrNotFound // deleted: its last instances may still run while the backend cleans up
+		err = objects.ErrNotFound // deleted: its last instances may still run while the backend cleans up
 	}
 	if err != nil {
-		if errors.Is(err, ErrNotFound) && s.act.Known(ns, name) {
-			s.forget(ns, name) // deleted other than through this API (kubectl, another replica)
+		if errors.Is(err, objects.ErrNotFound) && p.act.Known(ns, name) {
+			p.Forget(ns, name) // deleted other than through the API (kubectl, another replica)
 		}
-		writeError(w, r, notFound("function", name, err))
+		fail(w, name, err)
 		return
 	}
 	known = true
-	triggers, err := s.view.Triggers.List(r.Context(), ns)
+	triggers, err := p.view.Triggers.List(r.Context(), ns)
 	if err != nil {
-		writeError(w, r, err)
+		fail(w, name, err)
 		return
 	}
-	if off, names := runspec.DisabledBy(WireTriggers(triggers), name); off {
-		writeError(w, r, apiv1.Errorf(apiv1.CodeNotReady, "function %q is disabled by trigger %s; enable one to serve requests",
+	if off, names := runspec.DisabledBy(objects.WireTriggers(triggers), name); off {
+		writeError(w, apiv1.Errorf(apiv1.CodeNotReady, "function %q is disabled by trigger %s; enable one to serve requests",
 			name, strings.Join(names, ", ")))
 		return
 	}
 	// A running instance serves even while a new version is Pending or Building (or failed to
 	// build): updates must not interrupt traffic. With none, the request waits for one if the
 	// backend can start one (a built version exists); else it says what the function waits for.
-	notReady := func() error {
-		view := s.functionView(ns, fn)
+	notReady := func() *apiv1.Error {
+		view := objects.FunctionView("", ns, fn)
 		msg := fmt.Sprintf("function %q is %s", name, strings.ToLower(orDefault(string(view.Status.Phase), string(apiv1.PhasePending))))
 		if view.Status.Message != "" {
 			msg += ": " + view.Status.Message
@@ -183,51 +394,47 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	t := &proxyTarget{ns: ns, name: name, path: rest, prefix: prefix, lim: activator.Limits{
-		Concurrency: fn.Spec.WithScaleDefaults().Concurrency, MaxHeld: s.o.maxHeld, NoStart: fn.Status.Image == "",
-		ScaleLimited: fn.Status.ScaleLimited}}
-	lease, err := s.act.Acquire(ctx, ns, name, t.lim)
+		Concurrency: fn.Spec.WithScaleDefaults().Concurrency, MaxHeld: p.o.maxHeld, NoStart: fn.Status.Image == "",
+		ScaleLimited: fn.Status.IsScaleLimited()}, requestID: requestID}
+	lease, err := p.act.Acquire(ctx, ns, name, t.lim)
 	switch {
 	case err == nil:
 	case errors.Is(err, activator.ErrNoInstance):
-		writeError(w, r, notReady())
+		writeError(w, notReady())
 		return
 	case errors.Is(err, activator.ErrScaleLimited), errors.Is(err, activator.ErrThrottled) && t.lim.ScaleLimited:
 		w.Header().Set("Retry-After", "5")
 		// The quota's details (namespace, usage) are for the tenant, in the function's status: /fn/
 		// is public.
-		writeError(w, r, apiv1.Errorf(apiv1.CodeThrottled, "function %q has no free instance and its namespace's quota allows no more now", name))
+		writeError(w, apiv1.Errorf(apiv1.CodeThrottled, "function %q has no free instance and its namespace's quota allows no more now", name))
 		return
 	case errors.Is(err, activator.ErrThrottled):
 		w.Header().Set("Retry-After", "1")
-		writeError(w, r, apiv1.Errorf(apiv1.CodeThrottled, "function %q: every instance is at its concurrency (%d) and %d requests wait already",
+		writeError(w, apiv1.Errorf(apiv1.CodeThrottled, "function %q: every instance is at its concurrency (%d) and %d requests wait already",
 			name, t.lim.Concurrency, t.lim.MaxHeld))
 		return
 	case errors.Is(err, context.DeadlineExceeded):
-		writeError(w, r, apiv1.Errorf(apiv1.CodeUpstreamTimeout, "no instance of function %q was free within its timeout", name))
+		writeError(w, apiv1.Errorf(apiv1.CodeUpstreamTimeout, "no instance of function %q was free within its timeout", name))
 		return
 	case errors.Is(err, context.Canceled):
 		w.WriteHeader(499)
 		return
 	default:
-		writeError(w, r, notFound("function", name, err))
+		fail(w, name, err)
 		return
 	}
 	t.lease, t.url, t.start = lease, lease.URL(), start
 	defer func() {
 		t.lease.Release()
-		status := http.StatusOK
-		if rec != nil && rec.status != 0 {
-			status = rec.status
-		}
-		s.metrics.fnRequests.WithLabelValues(ns, name, codeLabel(status)).Inc()
-		s.metrics.fnSeconds.WithLabelValues(ns, name).Observe(time.Since(start).Seconds())
+		p.m.fnRequests.WithLabelValues(ns, name, CodeLabel(status())).Inc()
+		p.m.fnSeconds.WithLabelValues(ns, name).Observe(time.Since(start).Seconds())
 	}()
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(timeout + 10*time.Second))
 	rc.SetWriteDeadline(time.Now().Add(timeout + 10*time.Second))
-	r.Body = http.MaxBytesReader(w, r.Body, s.o.proxyBodyLimit)
+	r.Body = http.MaxBytesReader(w, r.Body, p.o.bodyLimit)
 	ctx = context.WithValue(ctx, proxyTargetKey{}, t)
-	s.proxy.ServeHTTP(w, r.WithContext(ctx))
+	p.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
 func mustEscape(s string) string { return url.PathEscape(s) }
@@ -375,12 +582,6 @@ func confineResponse(h http.Header, prefix string) {
 			h.Add("Set-Cookie", v)
 		}
 	}
-}
-
-// forget drops what the API keeps of a deleted function: its activator state and its series.
-func (s *Server) forget(ns, name string) {
-	s.act.Forget(ns, name)
-	s.metrics.forget(ns, name)
 }
 
 // PlatformTimingPrefix names the Server-Timing entries /fn/ adds to a response whose request was

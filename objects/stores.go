@@ -1,4 +1,4 @@
-package api
+package objects
 
 import (
 	"cmp"
@@ -10,6 +10,7 @@ import (
 	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/lifecycle"
 )
 
 // Errors the stores return (wrapped is fine); the API maps them to its error codes.
@@ -17,6 +18,9 @@ var (
 	ErrNotFound      = errors.New("not found")
 	ErrAlreadyExists = errors.New("already exists")
 	ErrConflict      = errors.New("conflict")
+	// ErrQuotaExceeded: a create would take a namespace beyond its quota (wrapped, with a message
+	// naming the quota); the API answers 403 quota_exceeded.
+	ErrQuotaExceeded = errors.New("quota exceeded")
 )
 
 // NotReadyError says a function cannot take requests now, and why.
@@ -96,7 +100,7 @@ type JobSpec struct {
 
 // Stored objects of each kind.
 type (
-	Function = Object[FunctionSpec, apiv1.FunctionStatus]
+	Function = Object[FunctionSpec, lifecycle.FunctionStatus]
 	Trigger  = Object[TriggerSpec, apiv1.TriggerStatus]
 	Job      = Object[JobSpec, apiv1.JobStatus]
 )
@@ -144,7 +148,7 @@ const (
 // Backend is everything the API needs from a platform.
 type Backend struct {
 	Namespaces  Namespaces
-	Functions   Store[FunctionSpec, apiv1.FunctionStatus]
+	Functions   Store[FunctionSpec, lifecycle.FunctionStatus]
 	Triggers    Store[TriggerSpec, apiv1.TriggerStatus]
 	Jobs        Store[JobSpec, apiv1.JobStatus]
 	Invocations Invocations
@@ -175,27 +179,13 @@ type ServingView struct {
 	}
 }
 
-func (b Backend) validate() error {
+// Validate reports what b lacks that every backend must give.
+func (b Backend) Validate() error {
 	switch {
 	case b.Namespaces == nil, b.Functions == nil, b.Triggers == nil, b.Jobs == nil:
-		return errors.New("api: Backend needs Namespaces, Functions, Triggers and Jobs stores")
+		return errors.New("objects: Backend needs Namespaces, Functions, Triggers and Jobs stores")
 	case b.Invocations == nil, b.Code == nil, b.Resolver == nil:
-		return errors.New("api: Backend needs Invocations, Code and Resolver")
+		return errors.New("objects: Backend needs Invocations, Code and Resolver")
 	}
 	return nil
-}
-
-// resolverSource makes a Resolver an activator.Source: the one instance it answers, ready.
-type resolverSource struct{ r Resolver }
-
-func (s resolverSource) Instances(ctx context.Context, ns, name string) ([]activator.Instance, error) {
-	u, err := s.r.Resolve(ctx, ns, name)
-	var nr *NotReadyError
-	if errors.As(err, &nr) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return []activator.Instance{{ID: u.Host, URL: u, Ready: true}}, nil
 }
