@@ -17,6 +17,7 @@ import (
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/internal/testenv"
+	"github.com/sless-dev/sless/lifecycle/lifecycletest"
 )
 
 // Autoscaling on a single host (issue 16): a real sless up and podman, the decider's windows
@@ -307,11 +308,16 @@ func TestAutoscaleUp(t *testing.T) {
 		}
 		if s := status("sleeper"); !strings.Contains(s.Message, "--tenant-quota-memory") {
 			t.Errorf("status while limited: %+v", s)
+		} else if err := lifecycletest.WroteWire(lifecycletest.ScaleLimited, s); err != nil {
+			t.Error(err)
 		}
 		if err := u.c.DeleteFunction(ctx, "hog"); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 20*time.Second, func() bool { return !status("sleeper").ScaleLimited }, "the limit to clear once memory is free")
+		if err := lifecycletest.WroteWire(lifecycletest.Scaled, status("sleeper")); err != nil {
+			t.Error(err)
+		}
 		if code, body := u.get("/fn/" + ns + "/sleeper/again"); code != 200 || !strings.Contains(body, "/again") {
 			t.Errorf("after the quota freed: %d %s", code, body)
 		}

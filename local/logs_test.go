@@ -18,6 +18,7 @@ import (
 	"github.com/sless-dev/sless/api/auth"
 	"github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/internal/testenv"
+	"github.com/sless-dev/sless/lifecycle/lifecycletest"
 )
 
 // Logs on a single host (issue 18): what the instances print, through GET …/logs, merged, followed,
@@ -201,6 +202,9 @@ func TestLogsUp(t *testing.T) {
 		}
 		if b := apiv1.FindCondition(f.Status.Conditions, apiv1.ConditionBuilt); b == nil || b.Status != "True" {
 			t.Errorf("the build succeeded: %+v", f.Status.Conditions)
+		}
+		if err := lifecycletest.WroteWire(lifecycletest.StartFailed, f.Status); err != nil {
+			t.Error(err)
 		}
 		var last apiv1.Event
 		waitFor(t, 5*time.Second, func() bool {

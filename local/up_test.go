@@ -26,6 +26,7 @@ import (
 	"github.com/sless-dev/sless/api/auth"
 	"github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/internal/testenv"
+	"github.com/sless-dev/sless/lifecycle/lifecycletest"
 )
 
 // up is a real `sless up` process (internal/testenv) with the helpers these tests use.
@@ -106,6 +107,10 @@ func TestSlessUp(t *testing.T) {
 		if f.Status.Phase != apiv1.PhaseReady || !strings.Contains(f.Status.Image, "@sha256:") || f.Status.Build == nil ||
 			f.Status.URL != u.url+fnPath("py") || f.Status.LastBuiltAt == nil {
 			t.Fatalf("status %+v", f.Status)
+		}
+		// The status moved through package lifecycle, as on Kubernetes (operator/controllers).
+		if err := lifecycletest.WroteWire(lifecycletest.Ready, f.Status); err != nil {
+			t.Error(err)
 		}
 		if code, body := u.get(fnPath("py") + "/x"); code != 200 || !strings.Contains(body, `"greeting": "hi"`) || !strings.Contains(body, `"path": "/x"`) {
 			t.Errorf("python: %d %s", code, body)
@@ -280,6 +285,51 @@ func TestSlessUp(t *testing.T) {
 		}
 	})
 
+	t.Run("a slow start shows Starting", func(t *testing.T) {
+		if _, err := u.c.CreateFunction(ctx, apiv1.Function{Name: "slow", Runtime: "python3.11"}); err != nil {
+			t.Fatal(err)
+		}
+		// The runtime imports the handler before it listens: 4 s of Starting.
+		z := testenv.Zip(map[string]string{"handler.py": "import time\ntime.sleep(4)\ndef handle(e):\n    return 1\n"})
+		res, err := u.c.Upload(ctx, "slow", bytes.NewReader(z), int64(len(z)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f *apiv1.Function
+		waitFor(t, 60*time.Second, func() bool {
+			f, _ = u.c.GetFunction(ctx, "slow")
+			c := apiv1.FindCondition(f.Status.Conditions, apiv1.ConditionReady)
+			return c != nil && c.Reason == apiv1.ReasonStarting && f.Status.CodeSHA256 == res.CodeSHA256
+		}, "Starting")
+		if err := lifecycletest.WroteWire(lifecycletest.Starting, f.Status); err != nil {
+			t.Error(err)
+		}
+		if f := u.waitCode(t, "slow", res.CodeSHA256); f.Status.Phase != apiv1.PhaseReady {
+			t.Errorf("after the slow start: %+v", f.Status)
+		}
+		if err := u.c.DeleteFunction(ctx, "slow"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a function without code waits for it", func(t *testing.T) {
+		if _, err := u.c.CreateFunction(ctx, apiv1.Function{Name: "nocode", Runtime: "python3.11"}); err != nil {
+			t.Fatal(err)
+		}
+		var f *apiv1.Function
+		waitFor(t, 10*time.Second, func() bool {
+			f, _ = u.c.GetFunction(ctx, "nocode")
+			c := apiv1.FindCondition(f.Status.Conditions, apiv1.ConditionReady)
+			return c != nil && c.Reason == apiv1.ReasonPending
+		}, "the controller's Pending")
+		if err := lifecycletest.WroteWire(lifecycletest.WaitingForCode, f.Status); err != nil {
+			t.Error(err)
+		}
+		if err := u.c.DeleteFunction(ctx, "nocode"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("disable and enable", func(t *testing.T) {
 		if _, err := u.c.CreateTrigger(ctx, apiv1.Trigger{Name: "py-web", Type: "http", FunctionRef: "py"}); err != nil {
 			t.Fatal(err)
@@ -288,6 +338,15 @@ func TestSlessUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 20*time.Second, func() bool { return len(containersOf("py")) == 0 }, "the container to stop")
+		var f *apiv1.Function
+		waitFor(t, 10*time.Second, func() bool {
+			f, _ = u.c.GetFunction(ctx, "py")
+			c := apiv1.FindCondition(f.Status.Conditions, apiv1.ConditionReady)
+			return c != nil && c.Reason == apiv1.ReasonDisabled
+		}, "the Disabled condition")
+		if err := lifecycletest.WroteWire(lifecycletest.Disabled, f.Status); err != nil || f.Status.Message != "stopped: disabled by trigger py-web" {
+			t.Errorf("disabled: %+v: %v", f.Status, err)
+		}
 		code, body := u.get(fnPath("py"))
 		if code != 503 || !strings.Contains(body, "not_ready") || !strings.Contains(body, "disabled by trigger py-web") {
 			t.Errorf("disabled: %d %s", code, body)

@@ -20,6 +20,7 @@ import (
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/deps"
+	"github.com/sless-dev/sless/lifecycle/lifecycletest"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/controllers"
 )
@@ -70,6 +71,9 @@ func TestDependenciesJob(t *testing.T) {
 		})
 		if c := meta.FindStatusCondition(e.fn("app").Status.Conditions, slessv1.FunctionBuilt); c == nil || c.Reason != "InstallingDependencies" {
 			t.Errorf("Built condition %+v", c)
+		}
+		if err := lifecycletest.Wrote(lifecycletest.BuildPending, e.fn("app").Status.Lifecycle()); err != nil {
+			t.Error(err)
 		}
 		if len(job.OwnerReferences) != 1 || job.OwnerReferences[0].Kind != "Function" || job.OwnerReferences[0].Name != "app" {
 			t.Errorf("owner %+v", job.OwnerReferences)
@@ -181,9 +185,12 @@ func TestDependenciesJob(t *testing.T) {
 			return f.Status.Phase == apiv1.PhaseFailed && f.Status.FailedBuildKey != ""
 		})
 		f := e.fn("bad")
-		if c := meta.FindStatusCondition(f.Status.Conditions, slessv1.FunctionReady); c == nil || c.Reason != "DependenciesFailed" ||
+		if c := meta.FindStatusCondition(f.Status.Conditions, slessv1.FunctionReady); c == nil || c.Reason != apiv1.ReasonFailed ||
 			!strings.Contains(f.Status.Message, "No matching distribution found for nosuchpkg") {
 			t.Errorf("status %q %+v", f.Status.Message, c)
+		}
+		if err := lifecycletest.Wrote(lifecycletest.BuildFailedUser, f.Status.Lifecycle()); err != nil {
+			t.Error(err)
 		}
 		// Reconciling it again (as any event would) neither builds nor writes: the failure latched.
 		rv, builds := e.fn("bad").ResourceVersion, e.builds.Load()
@@ -276,12 +283,16 @@ func TestDependenciesJob(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.create("app3", e.upload("app3", map[string]string{"handler.py": "import six\ndef handle(e):\n    return six.PY3\n", "requirements.txt": requirements}))
+		// Not the function's fault: retried within the budget (Building), the message says why.
 		var msg string
-		eventually(t, "Failed: the layer was replaced", func() bool {
+		eventually(t, "the replaced layer refused", func() bool {
 			f := e.fn("app3")
 			msg = f.Status.Message
-			return f.Status.Phase == apiv1.PhaseFailed
+			return f.Status.Phase == apiv1.PhaseBuilding && strings.Contains(msg, "retrying in")
 		})
+		if err := lifecycletest.Wrote(lifecycletest.BuildRetrying, e.fn("app3").Status.Lifecycle()); err != nil {
+			t.Error(err)
+		}
 		if !strings.Contains(msg, "replaced in the store") || e.deployment("app3") != nil {
 			t.Errorf("message %q (deployment %v)", msg, e.deployment("app3") != nil)
 		}
@@ -290,12 +301,13 @@ func TestDependenciesJob(t *testing.T) {
 		e2 := newFnEnv(t, "sless-00000000000000df")
 		e2.start(nil)
 		e2.create("app", e2.upload("app", map[string]string{"handler.py": "x = 1\n", "requirements.txt": requirements}))
-		// Retried with backoff (Building again on each retry): the Failed status says why.
+		// The platform's error: retried with backoff, Building within the retry budget, and the
+		// status says why.
 		var msg string
-		eventually(t, "Failed", func() bool {
+		eventually(t, "the error in the status", func() bool {
 			f := e2.fn("app")
 			msg = f.Status.Message
-			return f.Status.Phase == apiv1.PhaseFailed
+			return f.Status.Phase == apiv1.PhaseBuilding && strings.Contains(msg, "retrying in")
 		})
 		if !strings.Contains(msg, "no dependency installs configured") || !strings.Contains(msg, "--operator-image") {
 			t.Errorf("message %q", msg)

@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,12 +17,17 @@ import (
 	"github.com/sless-dev/sless/internal/faultproxy"
 	"github.com/sless-dev/sless/internal/kubetest"
 	"github.com/sless-dev/sless/internal/testenv"
+	"github.com/sless-dev/sless/lifecycle"
+	"github.com/sless-dev/sless/lifecycle/lifecycletest"
+	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 )
 
 // The registry refuses every push (PUT, POST, PATCH) for a while, through a fault-injecting proxy
-// in front of a real registry: the build is retried with backoff, the status says what is wrong
-// meanwhile (Failed with the registry's error and when the next attempt is), the running version
-// stays, and the Function converges to Ready on the new code once pushes work again, soon after.
+// in front of a real registry: the build is retried with the work queue's backoff, the status says
+// what is wrong meanwhile (Building, with the registry's error and when the next attempt is, until
+// the retry budget is spent: then Failed), the running version stays, and the Function converges
+// to Ready on the new code once pushes work again, soon after. Each status is checked against
+// package lifecycle (lifecycletest.Wrote), as the single host's are (local's TestBuildLifecycle).
 func TestBuildRetriedWhileTheRegistryRefusesPushes(t *testing.T) {
 	ns := "sless-fa0170000000000"
 	reg := testenv.Registry(t)
@@ -48,6 +54,7 @@ func TestBuildRetriedWhileTheRegistryRefusesPushes(t *testing.T) {
 	type seen struct {
 		at             time.Duration
 		phase, message string
+		status         lifecycle.FunctionStatus
 	}
 	converge := func(t *testing.T, fn, sum string, start time.Time, within time.Duration, keep string, keepUntil time.Time) (time.Duration, []seen) {
 		t.Helper()
@@ -56,7 +63,7 @@ func TestBuildRetriedWhileTheRegistryRefusesPushes(t *testing.T) {
 		for {
 			f := e.fn(fn)
 			if n := len(statuses); n == 0 || statuses[n-1].phase != string(f.Status.Phase) || statuses[n-1].message != f.Status.Message {
-				statuses = append(statuses, seen{time.Since(start), string(f.Status.Phase), f.Status.Message})
+				statuses = append(statuses, seen{time.Since(start), string(f.Status.Phase), f.Status.Message, f.Status.Lifecycle()})
 			}
 			if d := e.deployment(fn); keep != "" && time.Now().Before(keepUntil) && d.Spec.Template.Spec.Containers[0].Image != keep {
 				t.Fatalf("during the fault the deployment runs %s, want the serving version %s", d.Spec.Template.Spec.Containers[0].Image, keep)
@@ -99,15 +106,25 @@ func TestBuildRetriedWhileTheRegistryRefusesPushes(t *testing.T) {
 			t.Logf("  %6.2fs %-8s %q", s.at.Seconds(), s.phase, msg)
 		}
 	}
-	// saying finds a status in phase naming the registry's answer and the next attempt: a 5xx
-	// passes (Building, so that Terraform and the CLI wait on), a 403 does not (Failed).
-	saying := func(statuses []seen, phase apiv1.Phase, answer string) bool {
+	// saying finds a status in phase naming the registry's answer and the next attempt, as
+	// package lifecycle writes it: Building while the build is retried within the budget (so that
+	// Terraform and the CLI wait on), whatever the registry's error.
+	saying := func(t *testing.T, statuses []seen, phase apiv1.Phase, answer, retry string) bool {
+		t.Helper()
+		found := false
 		for _, s := range statuses {
-			if s.phase == string(phase) && strings.Contains(s.message, answer) && strings.Contains(s.message, "retrying in") {
-				return true
+			if s.phase == string(phase) && strings.Contains(s.message, answer) && strings.Contains(s.message, retry) {
+				found = true
+				kind := lifecycletest.BuildRetrying
+				if phase == apiv1.PhaseFailed {
+					kind = lifecycletest.BuildExhausted
+				}
+				if err := lifecycletest.Wrote(kind, s.status); err != nil {
+					t.Error(err)
+				}
 			}
 		}
-		return false
+		return found
 	}
 
 	t.Run("5xx for 12 s while a version serves", func(t *testing.T) {
@@ -137,8 +154,15 @@ func TestBuildRetriedWhileTheRegistryRefusesPushes(t *testing.T) {
 		if len(refused) == 0 {
 			t.Fatal("no push was refused: the fault did not hit the build")
 		}
-		if !saying(statuses, apiv1.PhaseBuilding, "500 Internal Server Error") {
+		if !saying(t, statuses, apiv1.PhaseBuilding, "500 Internal Server Error", "retrying in") {
 			t.Error("no status said the registry refused the push and when the build is retried")
+		}
+		// Before the first failure: the build started (ggcr retries the 5xx for seconds).
+		started := slices.IndexFunc(statuses, func(s seen) bool { return s.phase == string(apiv1.PhaseBuilding) })
+		if started < 0 {
+			t.Error("never Building")
+		} else if err := lifecycletest.Wrote(lifecycletest.BuildStarted, statuses[started].status); err != nil {
+			t.Errorf("the build started: %v", err)
 		}
 		// Once the registry works the next attempt comes within the first backoff steps, not
 		// minutes later; and nothing loops meanwhile (ggcr's own retries pace the requests).
@@ -153,7 +177,7 @@ func TestBuildRetriedWhileTheRegistryRefusesPushes(t *testing.T) {
 		}
 	})
 
-	t.Run("an error ggcr does not retry (403) for 5 s: the reconciler backs off", func(t *testing.T) {
+	t.Run("an error ggcr does not retry (403) for 5 s: the reconciler backs off, Building", func(t *testing.T) {
 		// Before the build backoff this was a loop: each failure's status write started the next
 		// attempt at once (600 refused pushes in 3 s, two status writes and an Event each).
 		const fault = 5 * time.Second
@@ -170,8 +194,13 @@ func TestBuildRetriedWhileTheRegistryRefusesPushes(t *testing.T) {
 		if len(refused) == 0 {
 			t.Fatal("no push was refused")
 		}
-		if !saying(statuses, apiv1.PhaseFailed, "403 Forbidden") {
+		if !saying(t, statuses, apiv1.PhaseBuilding, "403 Forbidden", "retrying in") {
 			t.Error("no status said the registry refused the push and when the build is retried")
+		}
+		for _, s := range statuses {
+			if s.phase == string(apiv1.PhaseFailed) {
+				t.Errorf("Failed within the retry budget: %+v", s)
+			}
 		}
 		// Attempts 1 s, 2 s, 4 s apart: at most 4 within 5 s (a loop made dozens), each
 		// refused at its first request.
@@ -188,6 +217,50 @@ func TestBuildRetriedWhileTheRegistryRefusesPushes(t *testing.T) {
 			t.Errorf("Ready %v after the fault began (it lasted %v)", ready, fault)
 		}
 		if f := e.fn("fast"); f.Status.Message != "" {
+			t.Errorf("the failure did not clear: %+v", f.Status)
+		}
+	})
+
+	t.Run("403 beyond the retry budget: Failed, still retried, Ready once it passes", func(t *testing.T) {
+		// RetryBudget attempts, RetryDelay(1..budget-1) apart: 1+2+4+8+16 s.
+		proxy.SetStatus(403)
+		sum := e.upload("spent", map[string]string{"handler.py": "def handle(e):\n    return 4\n"})
+		proxy.Fail()
+		start := time.Now()
+		e.create("spent", sum)
+		var waited time.Duration
+		for n := 1; n < lifecycle.RetryBudget; n++ {
+			waited += lifecycle.RetryDelay(n)
+		}
+		eventually := func(what string, within time.Duration, cond func(*slessv1.Function) bool) *slessv1.Function {
+			t.Helper()
+			deadline := time.Now().Add(within)
+			for {
+				f := e.fn("spent")
+				if cond(f) {
+					return f
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s not within %v: %+v", what, within, f.Status)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		f := eventually("Failed", waited+30*time.Second, func(f *slessv1.Function) bool { return f.Status.Phase == apiv1.PhaseFailed })
+		if err := lifecycletest.Wrote(lifecycletest.BuildExhausted, f.Status.Lifecycle()); err != nil {
+			t.Error(err)
+		}
+		if took := time.Since(start); took < waited {
+			t.Errorf("Failed after %v: the budget's backoff alone is %v", took, waited)
+		}
+		if !strings.Contains(f.Status.Message, "403 Forbidden") || f.Status.BuildRetry == nil || int(f.Status.BuildRetry.Attempts) != lifecycle.RetryBudget {
+			t.Errorf("spent: %+v", f.Status)
+		}
+		// Still retried (every RetryMax): the registry comes back, the function becomes Ready.
+		proxy.Heal()
+		ready, statuses := converge(t, "spent", sum, time.Now(), lifecycle.RetryMax+30*time.Second, "", time.Time{})
+		report(t, "403 beyond the budget", ready, nil, start, statuses)
+		if f := e.fn("spent"); f.Status.BuildRetry != nil || f.Status.Message != "" {
 			t.Errorf("the failure did not clear: %+v", f.Status)
 		}
 	})

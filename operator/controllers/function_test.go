@@ -31,6 +31,7 @@ import (
 	"github.com/sless-dev/sless/fnlog"
 	"github.com/sless-dev/sless/internal/testenv"
 	"github.com/sless-dev/sless/layers"
+	"github.com/sless-dev/sless/lifecycle/lifecycletest"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/controllers"
 )
@@ -112,8 +113,15 @@ func TestFunctionReconciler(t *testing.T) {
 		if f.Status.Phase == apiv1.PhaseReady {
 			t.Error("Ready before the deployment is available")
 		}
+		eventually(t, "Starting", func() bool {
+			c := meta.FindStatusCondition(getFn().Status.Conditions, slessv1.FunctionReady)
+			return c != nil && c.Reason == apiv1.ReasonStarting
+		})
+		wrote(t, lifecycletest.Starting, getFn())
 		markAvailable()
 		eventually(t, "Ready", func() bool { return getFn().Status.Phase == apiv1.PhaseReady })
+		wrote(t, lifecycletest.BuildSucceeded, getFn())
+		wrote(t, lifecycletest.Ready, getFn())
 		if !controllersHasFinalizer(getFn()) {
 			t.Error("no finalizer")
 		}
@@ -190,6 +198,7 @@ func TestFunctionReconciler(t *testing.T) {
 			f := getFn()
 			return f.Status.Phase == apiv1.PhaseFailed && strings.Contains(f.Status.Message, "timed out progressing")
 		})
+		wrote(t, lifecycletest.StartFailed, getFn())
 		markAvailable()
 		eventually(t, "Ready once it recovers", func() bool { return getFn().Status.Phase == apiv1.PhaseReady })
 	})
@@ -237,6 +246,11 @@ func TestFunctionReconciler(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, "replicas 0", func() bool { d := getDep(); return d != nil && *d.Spec.Replicas == 0 })
+		eventually(t, "Disabled", func() bool { return getFn().Status.IsDisabled() })
+		wrote(t, lifecycletest.Disabled, getFn())
+		if f := getFn(); f.Status.Phase != apiv1.PhaseReady || f.Status.Message != "stopped: disabled by trigger web" {
+			t.Errorf("disabled: %+v", f.Status)
+		}
 	})
 	t.Run("a bad archive fails the function without a hot loop", func(t *testing.T) {
 		bad := upload("broken", map[string]string{"../escape.py": "x"})
@@ -252,6 +266,7 @@ func TestFunctionReconciler(t *testing.T) {
 		if !strings.Contains(f.Status.Message, "unsafe path") {
 			t.Errorf("message %q", f.Status.Message)
 		}
+		wrote(t, lifecycletest.BuildFailedUser, &f)
 		eventFor(t, "broken", corev1.EventTypeWarning, "BuildFailed", "unsafe path")
 		// Any event reconciles it again: that must neither build nor write (the failure latched).
 		rv, builds := f.ResourceVersion, e.builds.Load()
@@ -265,6 +280,18 @@ func TestFunctionReconciler(t *testing.T) {
 		if f.ResourceVersion != rv || e.builds.Load() != builds {
 			t.Errorf("the failed function is built again: resourceVersion %s → %s, builds %d → %d", rv, f.ResourceVersion, builds, e.builds.Load())
 		}
+	})
+	t.Run("a function without code waits for it", func(t *testing.T) {
+		if err := c.Create(ctx, &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "empty", Namespace: ns},
+			Spec: slessv1.FunctionSpec{Runtime: "python3.11"}}); err != nil {
+			t.Fatal(err)
+		}
+		var f slessv1.Function
+		eventually(t, "Pending", func() bool {
+			c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "empty"}, &f)
+			return f.Status.Phase == apiv1.PhasePending && f.Status.ObservedGeneration == f.Generation
+		})
+		wrote(t, lifecycletest.WaitingForCode, &f)
 	})
 	t.Run("delete cleans code and image", func(t *testing.T) {
 		img := getFn().Status.Image
@@ -288,6 +315,15 @@ func TestFunctionReconciler(t *testing.T) {
 			t.Errorf("image still in the registry: %d", code)
 		}
 	})
+}
+
+// wrote checks that f's status is what package lifecycle writes for a transition of kind k: the
+// single host's controller is checked the same way (local's TestBuildLifecycle, TestSlessUp).
+func wrote(t *testing.T, k lifecycletest.Kind, f *slessv1.Function) {
+	t.Helper()
+	if err := lifecycletest.Wrote(k, f.Status.Lifecycle()); err != nil {
+		t.Error(err)
+	}
 }
 
 // waitCached waits until the reconciler's cache holds obj as it is (or newer): a reconcile called

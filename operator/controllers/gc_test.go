@@ -18,6 +18,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/layers"
+	"github.com/sless-dev/sless/lifecycle/lifecycletest"
 	"github.com/sless-dev/sless/oci"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/controllers"
@@ -152,6 +154,15 @@ func TestImagesCollected(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
+		// While its finalizer retries (CleanupTimeout), the status says it is being deleted.
+		eventually(t, "Deleting", func() bool {
+			f := e.fn("hello")
+			c := meta.FindStatusCondition(f.Status.Conditions, slessv1.FunctionReady)
+			return c != nil && c.Reason == apiv1.ReasonDeleting
+		})
+		if err := lifecycletest.Wrote(lifecycletest.Deleting, e.fn("hello").Status.Lifecycle()); err != nil {
+			t.Error(err)
+		}
 		eventually(t, "the function to go", func() bool {
 			return apierrors.IsNotFound(e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hello"}, &slessv1.Function{}))
 		})

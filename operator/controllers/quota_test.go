@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/lifecycle/lifecycletest"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/controllers"
 )
@@ -62,6 +63,9 @@ func TestScaleUpStoppedByTheTenantQuota(t *testing.T) {
 	if f.Status.Phase != apiv1.PhaseReady || !meta.IsStatusConditionTrue(f.Status.Conditions, slessv1.FunctionReady) {
 		t.Errorf("a function the quota keeps at 1 replica is not Ready: %+v", f.Status)
 	}
+	if err := lifecycletest.Wrote(lifecycletest.ScaleLimited, f.Status.Lifecycle()); err != nil {
+		t.Error(err)
+	}
 
 	// A pod of the namespace went: the ReplicaSet gets its pods, the condition goes.
 	setStatus(3, 3)
@@ -71,5 +75,10 @@ func TestScaleUpStoppedByTheTenantQuota(t *testing.T) {
 	})
 	if meta.FindStatusCondition(e.fn("hot").Status.Conditions, slessv1.FunctionScaleLimited) != nil {
 		t.Error("the ScaleLimited condition stayed")
+	}
+	for _, k := range []lifecycletest.Kind{lifecycletest.Scaled, lifecycletest.Ready} {
+		if err := lifecycletest.Wrote(k, e.fn("hot").Status.Lifecycle()); err != nil {
+			t.Error(err)
+		}
 	}
 }
