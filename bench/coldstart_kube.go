@@ -135,7 +135,7 @@ type kube struct {
 	env *k1n.Env
 }
 
-// selectorOf is a Deployment's pod selector.
+// deployment is the Deployment ns/name.
 func (k *kube) deployment(ctx context.Context, ns, name string) (*appsv1.Deployment, error) {
 	return k.kc.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 }
