@@ -3,29 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"math"
-	"net/http"
-	"net/http/httptrace"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/sless-dev/sless/api/apiv1"
 	apiclient "github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/internal/k1n"
 )
@@ -36,289 +24,6 @@ const ScaledAtAnnotation = "sless.dev/scaled-at"
 
 // coldCycles is how many cold starts each measurement takes (issue 16: at least 10).
 const coldCycles = 12
-
-// timing is the platform's Server-Timing of a held request: offsets from the hold's start.
-type timing struct {
-	hold, decision, start, ready time.Duration
-	has                          map[string]bool
-}
-
-func parseServerTiming(h http.Header) timing {
-	t := timing{has: map[string]bool{}}
-	for _, v := range h.Values("Server-Timing") {
-		for _, e := range strings.Split(v, ",") {
-			name, params, _ := strings.Cut(strings.TrimSpace(e), ";")
-			dur, ok := strings.CutPrefix(strings.TrimSpace(params), "dur=")
-			if !ok {
-				continue
-			}
-			f, err := strconv.ParseFloat(dur, 64)
-			if err != nil {
-				continue
-			}
-			d := time.Duration(f * float64(time.Millisecond))
-			switch name {
-			case "sless-hold":
-				t.hold = d
-			case "sless-decision":
-				t.decision = d
-			case "sless-start":
-				t.start = d
-			case "sless-ready":
-				t.ready = d
-			default:
-				continue
-			}
-			t.has[name] = true
-		}
-	}
-	return t
-}
-
-// coldResult is one cold request as the client saw it.
-type coldResult struct {
-	sent      time.Time
-	firstByte time.Duration // sent → the response's first byte
-	st        timing
-	body      string
-	code      int
-}
-
-// coldRequest sends one request on a new connection and times its first byte.
-func coldRequest(ctx context.Context, url string) (coldResult, error) {
-	var r coldResult
-	var first time.Time
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotFirstResponseByte: func() { first = time.Now() },
-	}), http.MethodGet, url, nil)
-	if err != nil {
-		return r, err
-	}
-	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-	r.sent = time.Now()
-	resp, err := c.Do(req)
-	if err != nil {
-		return r, err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	r.firstByte, r.st, r.body, r.code = first.Sub(r.sent), parseServerTiming(resp.Header), strings.TrimSpace(string(b)), resp.StatusCode
-	return r, nil
-}
-
-// pct is the nearest-rank percentile p (0–100) of ds.
-func pct(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	d := slices.Clone(ds)
-	slices.Sort(d)
-	i := int(math.Ceil(p/100*float64(len(d)))) - 1
-	return d[min(max(i, 0), len(d)-1)]
-}
-
-// parts are named series of one measurement, printed as p50/p95 rows.
-type parts struct {
-	names []string
-	ds    map[string][]time.Duration
-}
-
-func (p *parts) add(name string, d time.Duration) {
-	if p.ds == nil {
-		p.ds = map[string][]time.Duration{}
-	}
-	if _, ok := p.ds[name]; !ok {
-		p.names = append(p.names, name)
-	}
-	p.ds[name] = append(p.ds[name], d)
-}
-
-func (p *parts) p50(name string) time.Duration { return pct(p.ds[name], 50) }
-
-func (p *parts) table(n int) {
-	fmt.Println("| part | p50 ms | p95 ms | min–max ms | n |")
-	fmt.Println("|---|---|---|---|---|")
-	for _, name := range p.names {
-		ds := p.ds[name]
-		na := ""
-		if len(ds) < n {
-			na = fmt.Sprintf(" (known in %d of %d)", len(ds), n)
-		}
-		fmt.Printf("| %s | %s | %s | %s–%s | %d%s |\n", name, ms(pct(ds, 50)), ms(pct(ds, 95)), ms(slices.Min(ds)), ms(slices.Max(ds)), len(ds), na)
-	}
-}
-
-// podTimes is when a watch from the host first saw a pod reach each stage.
-type podTimes struct {
-	name                                                       string
-	created, scheduled, ip, initialized, running, kubeletReady time.Time
-	initStarted, initFinished                                  metav1.Time // the kubelet's (seconds)
-	hasInit                                                    bool
-}
-
-// podWatch follows the pods matching sel in ns and records when each stage was first seen.
-type podWatch struct {
-	mu   sync.Mutex
-	pods map[string]*podTimes
-	stop func()
-}
-
-func watchPods(ctx context.Context, kc kubernetes.Interface, ns, sel string) (*podWatch, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	pw := &podWatch{pods: map[string]*podTimes{}}
-	see := func(p *corev1.Pod) {
-		if p.DeletionTimestamp != nil {
-			return
-		}
-		now := time.Now()
-		pw.mu.Lock()
-		defer pw.mu.Unlock()
-		t := pw.pods[p.Name]
-		if t == nil {
-			t = &podTimes{name: p.Name, created: now}
-			pw.pods[p.Name] = t
-		}
-		set := func(at *time.Time, cond bool) {
-			if cond && at.IsZero() {
-				*at = now
-			}
-		}
-		t.hasInit = len(p.Spec.InitContainers) > 0
-		set(&t.scheduled, p.Spec.NodeName != "")
-		set(&t.ip, p.Status.PodIP != "")
-		for _, c := range p.Status.Conditions {
-			set(&t.initialized, c.Type == corev1.PodInitialized && c.Status == corev1.ConditionTrue)
-			set(&t.kubeletReady, c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue)
-		}
-		for _, cs := range p.Status.ContainerStatuses {
-			set(&t.running, cs.State.Running != nil)
-		}
-		for _, cs := range p.Status.InitContainerStatuses {
-			if tm := cs.State.Terminated; tm != nil {
-				t.initStarted, t.initFinished = tm.StartedAt, tm.FinishedAt
-			}
-		}
-	}
-	// List, then watch from the list's version; again whenever the watch ends early (a watch
-	// the server closes would otherwise lose the stages that follow).
-	listWatch := func() (watch.Interface, error) {
-		l, err := kc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
-		if err != nil {
-			return nil, err
-		}
-		for i := range l.Items {
-			see(&l.Items[i])
-		}
-		return kc.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: l.ResourceVersion, AllowWatchBookmarks: true})
-	}
-	w, err := listWatch()
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	done := make(chan struct{})
-	pw.stop = func() { cancel(); <-done }
-	go func() {
-		defer close(done)
-		for {
-			for ev := range w.ResultChan() {
-				if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type != watch.Deleted && ev.Type != watch.Bookmark {
-					see(p)
-				}
-			}
-			w.Stop()
-			for {
-				if ctx.Err() != nil {
-					return
-				}
-				if w, err = listWatch(); err == nil {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		}
-	}()
-	return pw, nil
-}
-
-// first is the first pod seen (a cold start makes one), nil if none.
-func (pw *podWatch) first() *podTimes {
-	pw.mu.Lock()
-	defer pw.mu.Unlock()
-	var f *podTimes
-	for _, t := range pw.pods {
-		if f == nil || t.created.Before(f.created) {
-			f = t
-		}
-	}
-	if f == nil {
-		return nil
-	}
-	c := *f
-	return &c
-}
-
-// kube is the cluster as the benchmark drives it.
-type kube struct {
-	kc  kubernetes.Interface
-	env *k1n.Env
-}
-
-// selectorOf is a Deployment's pod selector.
-func (k *kube) deployment(ctx context.Context, ns, name string) (*appsv1.Deployment, error) {
-	return k.kc.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-}
-
-// waitZero waits until the Deployment is at zero and no pod of it is left (terminating included).
-func (k *kube) waitZero(ctx context.Context, ns, name string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		d, err := k.deployment(ctx, ns, name)
-		if err == nil && d.Spec.Replicas != nil && *d.Spec.Replicas == 0 && d.Status.Replicas == 0 {
-			pods, err := k.kc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.Set(d.Spec.Selector.MatchLabels).String()})
-			if err == nil && len(pods.Items) == 0 {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s/%s not at zero pods within %v", ns, name, within)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// watchScaleUp records when a watch from the host first saw the Deployment's spec.replicas above 0.
-func (k *kube) watchScaleUp(ctx context.Context, ns, name string) (func() time.Time, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	w, err := k.kc.AppsV1().Deployments(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	var at atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			if d, ok := ev.Object.(*appsv1.Deployment); ok && d.Spec.Replicas != nil && *d.Spec.Replicas > 0 {
-				at.CompareAndSwap(0, time.Now().UnixNano())
-			}
-		}
-	}()
-	return func() time.Time {
-		cancel()
-		w.Stop()
-		<-done
-		if v := at.Load(); v != 0 {
-			return time.Unix(0, v)
-		}
-		return time.Time{}
-	}, nil
-}
 
 // benchColdStart measures cold starts on the real cluster (issue 16): zero pods → the first
 // response through /fn/, split by the Deployment's scaled-at annotation, /fn/'s Server-Timing and
@@ -444,240 +149,6 @@ func benchColdStart(ctx context.Context, c config, work string, cluster func() (
 	return nil
 }
 
-// print writes the ramp's table.
-func (rp *rampResult) print(where, instances, readyBy string) {
-	fmt.Printf("\n### Ramp %s: zero %s → 40 concurrent clients for 20 s\n\n", where, instances)
-	fmt.Printf("Function: python3.11, `time.sleep(0.1)` per request, concurrency %d, max_replicas %d, min_replicas 0 (so %d %s are enough).\n\n", rp.concurrency, rp.max, rp.need, instances)
-	fmt.Println("| measure | value |\n|---|---|")
-	fmt.Printf("| seconds until %d %s | %s |\n", rp.need, readyBy, secsOrNA(rp.enough))
-	fmt.Printf("| peak ready %s | %d |\n", instances, rp.peak)
-	fmt.Printf("| requests answered / failed | %d / **%d** |\n", rp.ok, rp.failed)
-	fmt.Printf("| first response (cold) | %s ms |\n", ms(rp.first))
-	fmt.Printf("| request latency p50 / p95 / max over the 20 s | %s / %s / %s ms |\n", ms(pct(rp.lat, 50)), ms(pct(rp.lat, 95)), ms(slices.Max(rp.lat)))
-	if rp.firstErr != "" {
-		fmt.Printf("\nfirst failure: %s\n", rp.firstErr)
-	}
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "**missed**"
-}
-
-func msSince(from, to time.Time) string {
-	if to.IsZero() {
-		return "n/a"
-	}
-	return ms(to.Sub(from))
-}
-
-func secsOrNA(d time.Duration) string {
-	if d == 0 {
-		return "never (within the 20 s)"
-	}
-	return fmt.Sprintf("%.2f", d.Seconds())
-}
-
-// createColdFunction deploys a python function at min_replicas 0 with a short idle timeout.
-func createColdFunction(ctx context.Context, cl *apiclient.Client, name string, concurrency int, handler string) (*apiv1.Function, error) {
-	if _, err := cl.CreateFunction(ctx, apiv1.Function{Name: name, Runtime: "python3.11", MinReplicas: 0, MaxReplicas: 10,
-		Concurrency: concurrency, IdleTimeoutSec: 5}); err != nil {
-		return nil, err
-	}
-	z := zipOf(map[string]string{"handler.py": handler})
-	if _, err := cl.Upload(ctx, name, strings.NewReader(string(z)), int64(len(z))); err != nil {
-		return nil, err
-	}
-	return waitReady(ctx, cl, name)
-}
-
-// readinessAnchor is the path a KEDA/HPA setup takes from zero, in the same cluster with the same
-// image: a plain Deployment (the function's security context and resources, no init container)
-// with a readinessProbe of period 1 s (the kubelet's finest), scaled 0 → 1; the request is sent
-// to the pod from the host once the kubelet has marked it Ready.
-func readinessAnchor(ctx context.Context, k *kube, image string) (*parts, []time.Duration, error) {
-	const ns, name = "coldstart-anchor", "anchor"
-	kc := k.kc
-	kc.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
-	for i := 0; i < 300; i++ {
-		if _, err := kc.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return nil, nil, err
-	}
-	defer kc.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
-	dep := fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":%q,"namespace":%q},"spec":{"replicas":0,
-"selector":{"matchLabels":{"app":%q}},
-"template":{"metadata":{"labels":{"app":%q}},"spec":{"automountServiceAccountToken":false,"enableServiceLinks":false,"terminationGracePeriodSeconds":1,
-"securityContext":{"runAsNonRoot":true,"runAsUser":65532,"runAsGroup":65532,"seccompProfile":{"type":"RuntimeDefault"}},
-"volumes":[{"name":"tmp","emptyDir":{"sizeLimit":"64Mi"}}],
-"containers":[{"name":"function","image":%q,"ports":[{"containerPort":8080}],
-"resources":{"requests":{"memory":"128Mi","cpu":"25m"},"limits":{"memory":"128Mi"}},
-"securityContext":{"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,"capabilities":{"drop":["ALL"]}},
-"volumeMounts":[{"name":"tmp","mountPath":"/tmp"}],
-"readinessProbe":{"httpGet":{"path":"/health","port":8080},"periodSeconds":1,"failureThreshold":3}}]}}}}`, name, ns, name, name, image)
-	if _, err := runKubectl(ctx, k.env, dep, "apply", "-f", "-"); err != nil {
-		return nil, nil, err
-	}
-	p := &parts{}
-	var total []time.Duration
-	scale := func(n int) error {
-		_, err := kc.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, n)), metav1.PatchOptions{})
-		return err
-	}
-	for i := 0; i < coldCycles; i++ {
-		if err := scale(0); err != nil {
-			return nil, nil, err
-		}
-		if err := k.waitZero(ctx, ns, name, 2*time.Minute); err != nil {
-			return nil, nil, err
-		}
-		time.Sleep(time.Second)
-		pw, err := watchPods(ctx, kc, ns, "app="+name)
-		if err != nil {
-			return nil, nil, err
-		}
-		t0 := time.Now()
-		if err := scale(1); err != nil {
-			pw.stop()
-			return nil, nil, err
-		}
-		var pod *podTimes
-		for pod == nil || pod.kubeletReady.IsZero() {
-			if time.Since(t0) > time.Minute {
-				pw.stop()
-				return nil, nil, fmt.Errorf("the anchor pod was not Ready within a minute")
-			}
-			time.Sleep(2 * time.Millisecond)
-			pod = pw.first()
-		}
-		pw.stop()
-		got, err := kc.CoreV1().Pods(ns).Get(ctx, pod.name, metav1.GetOptions{})
-		if err != nil {
-			return nil, nil, err
-		}
-		r, err := coldRequest(ctx, "http://"+got.Status.PodIP+":8080/")
-		if err == nil && r.code != 200 {
-			err = fmt.Errorf("anchor: %d %s", r.code, r.body)
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		end := r.sent.Add(r.firstByte)
-		total = append(total, end.Sub(t0))
-		p.add("scale 0→1 → pod created", pod.created.Sub(t0))
-		p.add("created → pod IP seen (scheduling, sandbox, CNI)", pod.ip.Sub(pod.created))
-		if !pod.running.IsZero() {
-			p.add("pod IP → container running", pod.running.Sub(pod.ip))
-			p.add("running → kubelet Ready (runtime start + probe period)", pod.kubeletReady.Sub(pod.running))
-		}
-		p.add("Ready seen → first byte from the pod", end.Sub(pod.kubeletReady))
-		logf("  anchor %d: %s ms (created +%s, IP +%s, running +%s, Ready +%s)", i+1, ms(end.Sub(t0)),
-			msSince(t0, pod.created), msSince(t0, pod.ip), msSince(t0, pod.running), msSince(t0, pod.kubeletReady))
-	}
-	return p, total, nil
-}
-
-func runKubectl(ctx context.Context, env *k1n.Env, stdin string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, env.Kubectl[0], append(env.Kubectl[1:], args...)...)
-	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out), nil
-}
-
-type rampResult struct {
-	concurrency, max, need int
-	enough                 time.Duration
-	peak                   int32
-	ok, failed             int64
-	first                  time.Duration
-	lat                    []time.Duration
-	firstErr               string
-}
-
-// rampFunction is the function the ramp loads.
-const rampFunction = "ramp"
-
-// ramp: from zero instances, 40 clients send requests back to back for 20 s. atZero waits until
-// the function has no instance; ready counts its ready instances (pods, containers) now.
-func ramp(ctx context.Context, cl *apiclient.Client, atZero func() error, ready func() int32) (*rampResult, error) {
-	const fn, clients, conc, maxR = rampFunction, 40, 10, 10
-	if _, err := createColdFunction(ctx, cl, fn, conc, "import time\n\ndef handle(event):\n    time.sleep(0.1)\n    return 'ok'\n"); err != nil {
-		return nil, err
-	}
-	if err := atZero(); err != nil {
-		return nil, err
-	}
-	time.Sleep(time.Second)
-	rr := &rampResult{concurrency: conc, max: maxR, need: min(int(math.Ceil(float64(clients)/conc)), maxR)}
-	url := cl.FunctionURL(fn)
-	var mu sync.Mutex
-	var firstNano atomic.Int64
-	start := time.Now()
-	end := start.Add(20 * time.Second)
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1}}
-			var lat []time.Duration
-			for time.Now().Before(end) {
-				s := time.Now()
-				resp, err := c.Get(url)
-				var body []byte
-				code := 0
-				if err == nil {
-					body, _ = io.ReadAll(resp.Body)
-					resp.Body.Close()
-					code = resp.StatusCode
-				}
-				d := time.Since(s)
-				if code == 200 && strings.TrimSpace(string(body)) == "ok" {
-					atomic.AddInt64(&rr.ok, 1)
-					firstNano.CompareAndSwap(0, int64(time.Since(start)))
-					lat = append(lat, d)
-					continue
-				}
-				atomic.AddInt64(&rr.failed, 1)
-				mu.Lock()
-				if rr.firstErr == "" {
-					rr.firstErr = fmt.Sprintf("%d %v %.200s", code, err, body)
-				}
-				mu.Unlock()
-			}
-			mu.Lock()
-			rr.lat = append(rr.lat, lat...)
-			mu.Unlock()
-		}()
-	}
-	for time.Now().Before(end) {
-		n := ready()
-		if n > rr.peak {
-			rr.peak = n
-		}
-		if rr.enough == 0 && int(n) >= rr.need {
-			rr.enough = time.Since(start)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	wg.Wait()
-	rr.first = time.Duration(firstNano.Load())
-	if len(rr.lat) == 0 {
-		rr.lat = []time.Duration{0}
-	}
-	logf("  ramp: %d instances after %s, peak %d, %d answered, %d failed", rr.need, secsOrNA(rr.enough), rr.peak, rr.ok, rr.failed)
-	return rr, nil
-}
-
 // coldRun is one series of cold requests through /fn/.
 type coldRun struct {
 	total      []time.Duration
@@ -783,6 +254,96 @@ func (k *kube) coldRun(ctx context.Context, ns, fn, sel, url string) (*coldRun, 
 	}
 
 	return res, nil
+}
+
+// readinessAnchor is the path a KEDA/HPA setup takes from zero, in the same cluster with the same
+// image: a plain Deployment (the function's security context and resources, no init container)
+// with a readinessProbe of period 1 s (the kubelet's finest), scaled 0 → 1; the request is sent
+// to the pod from the host once the kubelet has marked it Ready.
+func readinessAnchor(ctx context.Context, k *kube, image string) (*parts, []time.Duration, error) {
+	const ns, name = "coldstart-anchor", "anchor"
+	kc := k.kc
+	kc.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	for i := 0; i < 300; i++ {
+		if _, err := kc.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return nil, nil, err
+	}
+	defer kc.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	dep := fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":%q,"namespace":%q},"spec":{"replicas":0,
+"selector":{"matchLabels":{"app":%q}},
+"template":{"metadata":{"labels":{"app":%q}},"spec":{"automountServiceAccountToken":false,"enableServiceLinks":false,"terminationGracePeriodSeconds":1,
+"securityContext":{"runAsNonRoot":true,"runAsUser":65532,"runAsGroup":65532,"seccompProfile":{"type":"RuntimeDefault"}},
+"volumes":[{"name":"tmp","emptyDir":{"sizeLimit":"64Mi"}}],
+"containers":[{"name":"function","image":%q,"ports":[{"containerPort":8080}],
+"resources":{"requests":{"memory":"128Mi","cpu":"25m"},"limits":{"memory":"128Mi"}},
+"securityContext":{"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,"capabilities":{"drop":["ALL"]}},
+"volumeMounts":[{"name":"tmp","mountPath":"/tmp"}],
+"readinessProbe":{"httpGet":{"path":"/health","port":8080},"periodSeconds":1,"failureThreshold":3}}]}}}}`, name, ns, name, name, image)
+	if _, err := runKubectl(ctx, k.env, dep, "apply", "-f", "-"); err != nil {
+		return nil, nil, err
+	}
+	p := &parts{}
+	var total []time.Duration
+	scale := func(n int) error {
+		_, err := kc.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, n)), metav1.PatchOptions{})
+		return err
+	}
+	for i := 0; i < coldCycles; i++ {
+		if err := scale(0); err != nil {
+			return nil, nil, err
+		}
+		if err := k.waitZero(ctx, ns, name, 2*time.Minute); err != nil {
+			return nil, nil, err
+		}
+		time.Sleep(time.Second)
+		pw, err := watchPods(ctx, kc, ns, "app="+name)
+		if err != nil {
+			return nil, nil, err
+		}
+		t0 := time.Now()
+		if err := scale(1); err != nil {
+			pw.stop()
+			return nil, nil, err
+		}
+		var pod *podTimes
+		for pod == nil || pod.kubeletReady.IsZero() {
+			if time.Since(t0) > time.Minute {
+				pw.stop()
+				return nil, nil, fmt.Errorf("the anchor pod was not Ready within a minute")
+			}
+			time.Sleep(2 * time.Millisecond)
+			pod = pw.first()
+		}
+		pw.stop()
+		got, err := kc.CoreV1().Pods(ns).Get(ctx, pod.name, metav1.GetOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		r, err := coldRequest(ctx, "http://"+got.Status.PodIP+":8080/")
+		if err == nil && r.code != 200 {
+			err = fmt.Errorf("anchor: %d %s", r.code, r.body)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		end := r.sent.Add(r.firstByte)
+		total = append(total, end.Sub(t0))
+		p.add("scale 0→1 → pod created", pod.created.Sub(t0))
+		p.add("created → pod IP seen (scheduling, sandbox, CNI)", pod.ip.Sub(pod.created))
+		if !pod.running.IsZero() {
+			p.add("pod IP → container running", pod.running.Sub(pod.ip))
+			p.add("running → kubelet Ready (runtime start + probe period)", pod.kubeletReady.Sub(pod.running))
+		}
+		p.add("Ready seen → first byte from the pod", end.Sub(pod.kubeletReady))
+		logf("  anchor %d: %s ms (created +%s, IP +%s, running +%s, Ready +%s)", i+1, ms(end.Sub(t0)),
+			msSince(t0, pod.created), msSince(t0, pod.ip), msSince(t0, pod.running), msSince(t0, pod.kubeletReady))
+	}
+	return p, total, nil
 }
 
 // policyGate turns the operator's --wait-for-network-policy on or off (a rollout of the operator)

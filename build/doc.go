@@ -4,7 +4,10 @@
 // which failures are the function's own (IsUserError: the same inputs fail the same way, so a
 // backend does not retry them), and image deletion. A backend plugs in only how a dependency layer
 // is obtained (Deps): the single host installs it in place through the deps cache; Kubernetes runs
-// a Job and answers with a *PendingError until the layer is there. No Kubernetes, no HTTP.
+// a Job and answers with a *PendingError until the layer is there. Each finished build is
+// reported to WithObserver; Metrics turns that into /metrics series (sless_builds_total,
+// sless_build_duration_seconds, sless_dependency_*) on whichever registry the command gives it.
+// No Kubernetes, no HTTP.
 //
 // Each image is pushed as <registry>/<ns>/<fn>:v-<key> (VersionTag) and then tagged :latest:
 // Distribution cannot list untagged manifests, so the version tag keeps every image findable.

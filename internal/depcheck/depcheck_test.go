@@ -220,7 +220,7 @@ func TestStdlibOnly(t *testing.T) {
 }
 
 // The invocation history in PostgreSQL is the Kubernetes backend's, wired in by the commands: no
-// library imports it (the API and the single host know only api.Invocations), and it brings in
+// library imports it (the API and the single host know only objects.Invocations), and it brings in
 // only its driver, its migration library and metrics.
 func TestPostgresStoreStaysAtTheEdge(t *testing.T) {
 	thirdParty := []string{"github.com/jackc/pgx/v5", "github.com/pressly/goose/v3", "github.com/prometheus/client_golang/", "golang.org/x/sync/"}
