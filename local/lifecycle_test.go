@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 
@@ -67,7 +68,9 @@ func TestBuildLifecycle(t *testing.T) {
 		<-release
 		return &build.PendingError{Reason: "installing dependencies: still", Dependencies: true}
 	})
+	var builds atomic.Int64
 	pipeline, err := build.New(code, builder, build.WithRegistry(proxy.Addr()), build.WithConcurrency(1), build.WithDeps(installs),
+		build.WithObserver(func(build.Observation) { builds.Add(1) }),
 		build.WithRuntimes(map[string]string{apiv1.RuntimePython311: runtimeImage(t, proxy.Addr())}), build.WithTempDir(dir))
 	if err != nil {
 		t.Fatal(err)
@@ -184,6 +187,27 @@ func TestBuildLifecycle(t *testing.T) {
 	wrote(lifecycletest.BuildSucceeded)
 	if s := read(); s.Image != img || s.Retry != nil || s.Phase != apiv1.PhaseBuilding {
 		t.Errorf("built: %+v", s)
+	}
+
+	// What sless up kept before the status held the build key (the build record's key, image and
+	// failure latch) is taken over without a build.
+	o, _ := db.Functions.Get(ctx, ns, "f")
+	k := pipeline.Key(build.Request{Namespace: ns, Function: "f", Runtime: o.Spec.Runtime, Entrypoint: o.Spec.Entrypoint, CodeSHA256: o.Spec.CodeSHA256})
+	if err := db.Functions.UpdateStatus(ns, "f", 0, func(s *lifecycle.FunctionStatus) { s.BuildKey = "" }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.PutBuild(ns, "f", state.Build{Key: k, Image: img, Images: []string{img}}); err != nil {
+		t.Fatal(err)
+	}
+	n := builds.Load()
+	if got, err := built(); got != img || err != nil || builds.Load() != n {
+		t.Errorf("an earlier build record: %q, %v after %d builds; want %s without a build", got, err, builds.Load()-n, img)
+	}
+	if s := read(); s.BuildKey != k {
+		t.Errorf("the build key not taken over: %+v", s)
+	}
+	if b, _ := db.Build(ns, "f"); b.Key != "" || b.Image != "" || len(b.Images) != 1 {
+		t.Errorf("the build record after the takeover: %+v", b)
 	}
 
 	upload(map[string]string{"../escape.py": "x"})

@@ -146,7 +146,6 @@ func writeEarlierState(t *testing.T, path, ns string, f *apiv1.Function) {
 			return err
 		}
 		var b struct {
-			Image  string   `json:"image"`
 			Images []string `json:"images"`
 		}
 		if err := json.Unmarshal(tx.Bucket([]byte("builds")).Get([]byte(ns+"/legacy")), &b); err != nil {
@@ -159,7 +158,7 @@ func writeEarlierState(t *testing.T, path, ns string, f *apiv1.Function) {
 		for bucket, v := range map[string]any{
 			"functions": old,
 			"builds": map[string]any{"code_sha256": f.Status.CodeSHA256, "runtime": f.Runtime, "entrypoint": f.Entrypoint,
-				"runtime_ref": runtimeRef, "image": b.Image, "images": b.Images},
+				"runtime_ref": runtimeRef, "image": f.Status.Image, "images": b.Images},
 		} {
 			raw, _ := json.Marshal(v)
 			if err := tx.Bucket([]byte(bucket)).Put([]byte(ns+"/legacy"), raw); err != nil {
