@@ -89,10 +89,7 @@ func TestRolesApart(t *testing.T) {
 	}
 	d, _ := img.Digest()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "sless-operator")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building: %v\n%s", err, out)
-	}
+	bin, _ := binaries(t)
 	secret := "0123456789abcdef0123456789abcdef-roles"
 	os.WriteFile(filepath.Join(dir, "secret"), []byte(secret), 0o600)
 	codeDir := filepath.Join(dir, "code") // shared by every process, as S3 would be

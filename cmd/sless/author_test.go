@@ -525,7 +525,7 @@ func TestHelpAndCompletion(t *testing.T) {
 		{[]string{"jobs", "run", "--help"}, "--event"},
 		{[]string{"triggers", "disable", "--help"}, "Disable"},
 		{[]string{"login", "--help"}, "--token-file"},
-		{[]string{"help", "up"}, "-data-dir"},
+		{[]string{"help", "up"}, "--data-dir"},
 		{[]string{"help", "registry"}, "credential"},
 		{[]string{"version"}, "sless "},
 		{[]string{"--version"}, "sless "},
@@ -534,17 +534,33 @@ func TestHelpAndCompletion(t *testing.T) {
 			t.Errorf("%v: stdout lacks %q:\n%s", tc.args, tc.want, r.stdout)
 		}
 	}
-	// The platform commands keep their flag.FlagSet: --help prints its flags.
-	for _, args := range [][]string{{"build", "--help"}, {"up", "--help"}, {"down", "--help"}, {"deps", "push", "--help"},
-		{"runtime", "build", "--help"}, {"registry", "--help"}, {"registry", "credential", "--help"}, {"policy-wait", "--help"}} {
-		r := c.ok(args...)
-		if !strings.Contains(r.stdout+r.stderr, "  -") {
-			t.Errorf("%v prints no flags:\n%s%s", args, r.stdout, r.stderr)
+	// The platform commands are cobra commands too: --help prints their flags, and their flag
+	// names complete from cobra itself.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"build", "--help"}, "--runtime-image"}, {[]string{"up", "--help"}, "--tenant-quota-memory"}, {[]string{"down", "--help"}, "--podman-root"},
+		{[]string{"deps", "push", "--help"}, "--prefix"}, {[]string{"runtime", "build", "--help"}, "--base"}, {[]string{"registry", "--help"}, "--sweep-at-start"},
+		{[]string{"registry", "credential", "--help"}, "--auth-dir"}, {[]string{"policy-wait", "--help"}, "--denied"},
+	} {
+		if r := c.ok(tc.args...); !strings.Contains(r.stdout, "Flags:") || !strings.Contains(r.stdout, tc.want) {
+			t.Errorf("%v prints no %s:\n%s%s", tc.args, tc.want, r.stdout, r.stderr)
 		}
 	}
-	// Flag names of a platform command complete from its flag set.
-	if r := c.ok("__complete", "build", "--runtime-"); !strings.Contains(r.stdout, "--runtime-image") {
-		t.Errorf("completing build flags: %q", r.stdout)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"__complete", "build", "--runtime-"}, "--runtime-image"},
+		{[]string{"__complete", "up", "--tenant-quota-"}, "--tenant-quota-runs"},
+		{[]string{"__complete", "registry", "credential", "--"}, "--auth-dir"},
+		{[]string{"__complete", "registry", "credential", ""}, "platform"},
+		{[]string{"__complete", "runtime", "build", "--runtime", ""}, "nodejs20"},
+	} {
+		if r := c.ok(tc.args...); !strings.Contains(r.stdout, tc.want) {
+			t.Errorf("completing %v: %q lacks %s", tc.args[1:], r.stdout, tc.want)
+		}
 	}
 	for _, tc := range []struct {
 		args []string
@@ -561,6 +577,13 @@ func TestHelpAndCompletion(t *testing.T) {
 		{[]string{"logs", "x", "--tail", "-1"}, "--tail -1"},
 		{[]string{"fn", "events", "x", "-o", "yaml"}, "text or json"},
 		{[]string{"fn", "deploy", ".", "--name", "x", "--env", "NOEQUALS"}, "must be K=V"},
+		// pflag reads one dash as shorthand flags: the long form of every flag is --flag.
+		{[]string{"down", "-data-dir", "/nonexistent"}, "unknown shorthand flag"},
+		{[]string{"up", "--no-such-flag"}, "unknown flag: --no-such-flag"},
+		{[]string{"up", "stray"}, `unknown command "stray"`},
+		{[]string{"registry", "credential", "--auth-dir", "x"}, "usage: sless registry credential"},
+		{[]string{"runtime", "build", "--runtime", "cobol"}, "is not a runtime"},
+		{[]string{"up", "--jwks-url", "http://x/jwks", "--jwt-public-key", "k.pem"}, "at most one"},
 	} {
 		if r := c.run(tc.args...); r.code != 2 || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, r.code, r.stderr, tc.want)

@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/sless-dev/sless/layers"
 	"github.com/sless-dev/sless/oci"
@@ -22,10 +23,26 @@ type buildFlags struct {
 	maxBytes                       int64
 }
 
-func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// buildCmd is `sless build`.
+func buildCmd() *cobra.Command {
 	var f buildFlags
-	fs := flag.NewFlagSet("sless build", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	cmd := &cobra.Command{
+		Use:   "build --runtime-image REF --src DIR|FILE.zip --handler MODULE.FUNC --to REPO[:TAG] [--insecure]",
+		Short: "Build a function image in-process and push it",
+		Long: `Build makes a function image in-process (runtime image + one code layer) and pushes only what the
+registry lacks. It prints the image by digest (REPO@sha256:…) as the last line of stdout.
+SOURCE_DATE_EPOCH sets the image's creation time and file mtimes (default: the Unix epoch).`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Sprintf("unexpected argument %q; every input is a flag (see --help)", args[0])}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBuild(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	fs := cmd.Flags()
 	fs.StringVar(&f.runtimeImage, "runtime-image", "", "runtime image to build on (tag or digest; an index gives an index)")
 	fs.StringVar(&f.src, "src", "", "the function's code: a directory or a .zip archive")
 	fs.StringVar(&f.handler, "handler", "handler.handle", "entry point: python module.function or node file.export")
@@ -36,23 +53,10 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&f.insecure, "insecure", false, "allow plain HTTP registries (localhost needs no flag); TLS certificates are still verified")
 	fs.BoolVar(&f.quiet, "quiet", false, "print only the resulting reference")
 	fs.Int64Var(&f.maxBytes, "max-bytes", layers.DefaultMaxBytes, "limit on the code's uncompressed size in bytes")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sless build --runtime-image REF --src DIR|FILE.zip --handler MODULE.FUNC --to REPO[:TAG] [--insecure]")
-		fmt.Fprintln(stderr, "\nBuilds a function image in-process (runtime image + one code layer) and pushes only what the")
-		fmt.Fprintln(stderr, "registry lacks. Prints the image by digest (REPO@sha256:…) as the last line of stdout.")
-		fmt.Fprintln(stderr, "SOURCE_DATE_EPOCH sets the image's creation time and file mtimes (default: the Unix epoch).")
-		fmt.Fprintln(stderr, "\nFlags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q; every input is a flag (see --help)", fs.Arg(0))}
-	}
+	return cmd
+}
+
+func runBuild(ctx context.Context, f buildFlags, stdout, stderr io.Writer) error {
 	for _, req := range []struct{ name, val, hint string }{
 		{"--runtime-image", f.runtimeImage, "the image to build on, e.g. 127.0.0.1:5000/sless/runtime-python3.11:latest"},
 		{"--src", f.src, "a directory or a .zip of the function's code"},

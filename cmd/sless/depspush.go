@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,44 +12,49 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/spf13/cobra"
 
 	"github.com/sless-dev/sless/deps"
 )
 
-// runDeps is `sless deps push`: the second half of a dependency Job on Kubernetes (the first half
-// is the runtime image running the installer into a shared directory). It layers the directory
-// deterministically and pushes it as the one-layer image the deps cache reads.
-func runDeps(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "push" {
-		return usageError{"usage: sless deps push --dir DIR --to REPO:KEY [--prefix /app/deps] [--insecure]"}
+// depsPushCmd is `sless deps push`: the second half of a dependency Job on Kubernetes (the first
+// half is the runtime image running the installer into a shared directory). It layers the
+// directory deterministically and pushes it as the one-layer image the deps cache reads.
+func depsPushCmd() *cobra.Command {
+	var dir, to, prefix string
+	var insecure bool
+	cmd := &cobra.Command{
+		Use:   "push --dir DIR --to REPO:TAG [--prefix /app/deps] [--insecure]",
+		Short: "Push installed dependencies as one layer (run by the dependency Job)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return depsPush(cmd.Context(), dir, to, prefix, insecure, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
 	}
-	fs := flag.NewFlagSet("sless deps push", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dir := fs.String("dir", "", "the installed dependencies (pip --target / node_modules)")
-	to := fs.String("to", "", "where to push, e.g. registry/sless/deps:<key>")
-	prefix := fs.String("prefix", "/app/deps", "where the layer puts them: /app/deps (python) or /app/node_modules (node)")
-	insecure := fs.Bool("insecure", false, "allow plain HTTP registries (localhost needs no flag)")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err.Error()}
-	}
-	if *dir == "" || *to == "" {
+	fs := cmd.Flags()
+	fs.StringVar(&dir, "dir", "", "the installed dependencies (pip --target / node_modules)")
+	fs.StringVar(&to, "to", "", "where to push, e.g. registry/sless/deps:<key>")
+	fs.StringVar(&prefix, "prefix", "/app/deps", "where the layer puts them: /app/deps (python) or /app/node_modules (node)")
+	fs.BoolVar(&insecure, "insecure", false, "allow plain HTTP registries (localhost needs no flag)")
+	return cmd
+}
+
+func depsPush(ctx context.Context, dir, to, prefix string, insecure bool, stdout, stderr io.Writer) error {
+	if dir == "" || to == "" {
 		return usageError{"--dir and --to are required"}
 	}
-	if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
-		return fmt.Errorf("--dir %s is not a directory", *dir)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("--dir %s is not a directory", dir)
 	}
 	var nopts []name.Option
-	if *insecure {
+	if insecure {
 		nopts = append(nopts, name.Insecure)
 	}
-	ref, err := name.NewTag(*to, append(nopts, name.StrictValidation)...)
+	ref, err := name.NewTag(to, append(nopts, name.StrictValidation)...)
 	if err != nil {
-		return usageError{fmt.Sprintf("--to %q must be REPO:TAG (the cache key is the tag): %v", *to, err)}
+		return usageError{fmt.Sprintf("--to %q must be REPO:TAG (the cache key is the tag): %v", to, err)}
 	}
-	l, err := deps.LayerFromDir(*dir, *prefix)
+	l, err := deps.LayerFromDir(dir, prefix)
 	if err != nil {
 		return err
 	}

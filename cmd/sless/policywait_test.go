@@ -25,15 +25,15 @@ func TestPolicyWait(t *testing.T) {
 		}
 	}()
 	// Reachable throughout: not enforced, an error at the timeout.
-	var out, errb bytes.Buffer
-	if err := runPolicyWait(context.Background(), []string{"--denied", addr, "--timeout", "300ms"}, &out, &errb); err == nil ||
+	var out bytes.Buffer
+	if err := policyWait(context.Background(), addr, 300*time.Millisecond, &out); err == nil ||
 		!strings.Contains(err.Error(), "no NetworkPolicy is enforced") {
 		t.Errorf("reachable target: %v", err)
 	}
 	// Denied after a while (the listener goes, as a policy coming into force would deny it).
 	time.AfterFunc(300*time.Millisecond, func() { ln.Close() })
 	start := time.Now()
-	if err := runPolicyWait(context.Background(), []string{"--denied", addr, "--timeout", "10s"}, &out, &errb); err != nil {
+	if err := policyWait(context.Background(), addr, 10*time.Second, &out); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d < 250*time.Millisecond || !strings.Contains(out.String(), "network policy in force") {

@@ -1,11 +1,22 @@
 package main
 
 import (
+	"context"
 	"io"
 	"testing"
 
 	"github.com/sless-dev/sless/local"
 )
+
+// parseUp runs `sless up`'s command line up to the point where it would start.
+func parseUp(args []string) (*upConfig, error) {
+	var got *upConfig
+	cmd := upCmd(func(_ context.Context, c *upConfig, _, _ io.Writer) error { got = c; return nil })
+	cmd.SetArgs(append([]string{}, args...)) // nil would make cobra read os.Args
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	return got, cmd.Execute()
+}
 
 // sless up's per-tenant caps: the documented defaults, quantities for memory, 0 for no cap.
 func TestUpQuotaFlags(t *testing.T) {
@@ -18,13 +29,13 @@ func TestUpQuotaFlags(t *testing.T) {
 		{[]string{"--tenant-quota-functions", "0", "--tenant-quota-memory", "0", "--tenant-quota-runs", "0"}, local.Quota{}},
 		{[]string{"--tenant-quota-memory", "1500k"}, local.Quota{Functions: 100, MemoryMB: 2, Runs: 5}}, // rounded up, never to "no cap"
 	} {
-		c, err := parseUpFlags(tc.args, io.Discard)
-		if err != nil || c.quota != tc.want {
+		c, err := parseUp(tc.args)
+		if err != nil || c.localQuota() != tc.want {
 			t.Errorf("%v: %+v %v, want %+v", tc.args, c, err, tc.want)
 		}
 	}
 	for _, bad := range [][]string{{"--tenant-quota-memory", "lots"}, {"--tenant-quota-memory", "-1Gi"}, {"--tenant-quota-runs", "-1"}} {
-		if _, err := parseUpFlags(bad, io.Discard); err == nil {
+		if _, err := parseUp(bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
 	}

@@ -1,11 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,12 +18,13 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/auth"
-	"github.com/sless-dev/sless/autoscale"
 	"github.com/sless-dev/sless/build"
+	"github.com/sless-dev/sless/cmd/internal/options"
 	"github.com/sless-dev/sless/local"
 	"github.com/sless-dev/sless/local/runtimeimages"
 )
@@ -44,117 +45,100 @@ func defaultCacheDir() string {
 	return filepath.Join(d, "sless")
 }
 
-// upConfig is what `sless up`'s flags say.
+// upConfig is what `sless up`'s flags say: the groups both servers share (package options), then
+// the single host's own.
 type upConfig struct {
-	dataDir, listen, regListen, publicURL, podmanRoot, basesDir, basesScript string
-	fnDomain                                                                 string
-	uploadRate                                                               float64
-	uploadBurst, maxHeld                                                     int
-	jwksURL, pubKey, issuer, audience                                        string
-	anyAudience                                                              bool
-	uploadLimit                                                              int64
-	pipIndex, npmRegistry, depsCA                                            string
-	testClock, quiet                                                         bool
-	subnet                                                                   netip.Prefix
-	indexHosts                                                               []string
-	quota                                                                    local.Quota
-	stableWindow, panicWindow                                                time.Duration
+	api       options.API
+	auth      options.Auth
+	autoscale options.Autoscale
+	indexes   options.Indexes
+	quota     options.TenantQuota
+
+	dataDir, regListen, podmanRoot, basesDir, basesScript string
+	depsCA, subnetFlag                                    string
+	subnet                                                netip.Prefix
+	runs                                                  int
+	testClock, quiet                                      bool
 }
 
-// Per-tenant caps of sless up by default: the operator's (--tenant-quota-functions 100,
-// --tenant-quota-memory 8Gi), and 5 job and cron runs at once.
-const (
-	defaultQuotaFunctions = 100
-	defaultQuotaMemory    = "8Gi"
-	defaultQuotaRuns      = 5
-)
+// defaultQuotaRuns is sless up's cap on a namespace's job and cron runs at once.
+const defaultQuotaRuns = 5
 
-// fnDomainUsage is the same on both binaries.
-const fnDomainUsage = "also serve each function at its own origin https://<name>--<namespace>.<domain>/ (point a wildcard DNS record and certificate at the API; no host below it serves the API). Use a domain of its own, ideally on the Public Suffix List"
+func (c *upConfig) addFlags(fs *pflag.FlagSet) {
+	c.api.AddFlags(fs)
+	c.auth.AddFlags(fs)
+	c.autoscale.AddFlags(fs)
+	c.indexes.AddFlags(fs)
+	c.quota.AddFlags(fs)
 
-func parseUpFlags(args []string, stderr io.Writer) (*upConfig, error) {
-	c := &upConfig{}
-	fs := flag.NewFlagSet("sless up", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir(), "where state, the registry and uploaded code live")
-	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "API and /fn/ address")
 	fs.StringVar(&c.regListen, "registry-listen", "127.0.0.1:5000", "embedded registry address")
-	fs.StringVar(&c.publicURL, "public-url", "", "base URL users reach the API at (default http://<listen>)")
-	fs.StringVar(&c.fnDomain, "fn-domain", "", fnDomainUsage)
-	fs.Float64Var(&c.uploadRate, "upload-rate", api.DefaultUploadsPerMinute, "code uploads a namespace may make per minute on average (429 throttled beyond; 0 for no limit)")
-	fs.IntVar(&c.maxHeld, "max-held", api.DefaultMaxHeld, "requests of one function /fn/ holds while every instance is busy or none is ready yet (429 throttled beyond)")
-	fs.IntVar(&c.uploadBurst, "upload-burst", api.DefaultUploadBurst, "code uploads a namespace may make at once above --upload-rate")
-	fs.DurationVar(&c.stableWindow, "autoscale-stable-window", autoscale.DefaultStableWindow, "the load is averaged over this window to decide each function's instances")
-	fs.DurationVar(&c.panicWindow, "autoscale-panic-window", autoscale.DefaultPanicWindow, "a load of twice the capacity over this window scales up at once")
 	fs.StringVar(&c.podmanRoot, "podman-root", filepath.Join(defaultCacheDir(), "podman"), "podman storage (shared, so base layers are pulled once)")
 	fs.StringVar(&c.basesDir, "bases-dir", filepath.Join(defaultCacheDir(), "bases"), "language base image layouts (hack/build-bases.sh)")
 	fs.StringVar(&c.basesScript, "bases-script", "hack/build-bases.sh", "script that builds missing bases ('' to never build)")
-	fs.StringVar(&c.jwksURL, "jwks-url", "", "verify tokens with keys from this JWKS URL instead of the dev secret")
-	fs.StringVar(&c.pubKey, "jwt-public-key", "", "verify tokens with this PEM public key instead of the dev secret")
-	fs.StringVar(&c.issuer, "jwt-issuer", "", "required iss claim")
-	fs.StringVar(&c.audience, "jwt-audience", "", "required aud claim (required with --jwks-url unless --allow-any-audience)")
-	fs.BoolVar(&c.anyAudience, "allow-any-audience", false, "with --jwks-url and no --jwt-audience, accept tokens the identity provider issued to any application")
-	fs.Int64Var(&c.uploadLimit, "upload-limit", api.DefaultUploadLimit, "largest accepted code archive in bytes")
-	fs.StringVar(&c.pipIndex, "pip-index-url", "", "package index for pip installs of requirements.txt (default: pip's)")
-	fs.StringVar(&c.npmRegistry, "npm-registry", "", "registry for npm installs of package.json (default: npm's)")
 	fs.StringVar(&c.depsCA, "deps-ca-file", defaultCAFile(), "CA bundle for dependency installs ('' for the runtime image's own)")
-	fs.Func("subnet", "the instance's IPv4 /24 for its own container networks (default: a free one in 10.89.0.0/16; never podman's 10.88.0.0/16)", func(v string) error {
-		p, err := netip.ParsePrefix(v)
-		c.subnet = p
-		return err
-	})
-	fs.Func("index-host", "a host (host[:port]) dependency installs may reach through the index proxy besides the indexes' own (repeatable, e.g. files.pythonhosted.org)", func(v string) error {
-		c.indexHosts = append(c.indexHosts, v)
-		return nil
-	})
-	fs.IntVar(&c.quota.Functions, "tenant-quota-functions", defaultQuotaFunctions, "functions a namespace may hold; a create beyond is 403 quota_exceeded (0: no cap)")
-	c.quota.MemoryMB = mebibytes(resource.MustParse(defaultQuotaMemory))
-	fs.Func("tenant-quota-memory", "memory limits a namespace's running function, job and cron containers may have in all, e.g. 8Gi or 512Mi (default "+defaultQuotaMemory+"; 0: no cap)", func(v string) error {
-		q, err := resource.ParseQuantity(v)
-		if err != nil || q.Sign() < 0 {
-			return fmt.Errorf("want a quantity such as 8Gi or 512Mi, not %q", v)
-		}
-		c.quota.MemoryMB = mebibytes(q)
-		return nil
-	})
-	fs.IntVar(&c.quota.Runs, "tenant-quota-runs", defaultQuotaRuns, "job and cron runs a namespace may have going at once; one beyond waits (0: no cap)")
+	fs.StringVar(&c.subnetFlag, "subnet", "", "the instance's IPv4 /24 for its own container networks (default: a free one in 10.89.0.0/16; never podman's 10.88.0.0/16)")
+	fs.IntVar(&c.runs, "tenant-quota-runs", defaultQuotaRuns, "job and cron runs a namespace may have going at once; one beyond waits (0: no cap)")
 	fs.BoolVar(&c.testClock, "test-clock", false, "cron follows a manual clock set with POST /debug/clock?time=RFC3339 (tests only)")
 	fs.BoolVar(&c.quiet, "quiet", false, "no request log on stderr")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
+}
+
+// complete reads what the environment gives and checks the flags together; its errors are the
+// command line's.
+func (c *upConfig) complete() error {
+	c.indexes.ReadEnvironment()
+	if c.quota.Functions < 0 || c.runs < 0 {
+		return usageError{"--tenant-quota-functions and --tenant-quota-runs cannot be negative"}
 	}
-	if fs.NArg() > 0 {
-		return nil, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	if c.quota.Memory.Sign() < 0 {
+		return usageError{"--tenant-quota-memory cannot be negative"}
 	}
-	if c.quota.Functions < 0 || c.quota.Runs < 0 {
-		return nil, usageError{"--tenant-quota-functions and --tenant-quota-runs cannot be negative"}
+	if c.subnetFlag != "" {
+		p, err := netip.ParsePrefix(c.subnetFlag)
+		if err != nil {
+			return usageError{fmt.Sprintf("--subnet: %v", err)}
+		}
+		c.subnet = p
 	}
-	if c.jwksURL != "" && c.pubKey != "" {
-		return nil, usageError{"give at most one of --jwks-url and --jwt-public-key"}
+	if err := c.auth.Validate(); err != nil {
+		return usageError{err.Error()}
 	}
 	if _, err := os.Stat(c.basesScript); err != nil {
 		c.basesScript = ""
 	}
-	return c, nil
+	return nil
 }
 
-// mebibytes is q in MiB, rounded up: a small positive value must not become 0, "no cap".
-func mebibytes(q resource.Quantity) int {
-	return int((q.Value() + 1<<20 - 1) >> 20)
+// localQuota is the per-tenant caps of the single host.
+func (c *upConfig) localQuota() local.Quota {
+	return local.Quota{Functions: int(c.quota.Functions), MemoryMB: c.quota.MemoryMiB(), Runs: c.runs}
+}
+
+// upCmd is `sless up`; run gets the parsed and checked configuration.
+func upCmd(run func(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error) *cobra.Command {
+	c := &upConfig{}
+	cmd := &cobra.Command{
+		Use:   "up [--data-dir DIR] [--listen 127.0.0.1:8080] [--registry-listen 127.0.0.1:5000]",
+		Short: "Run the whole platform on this host (podman)",
+		Long: `Up runs the whole platform in one process on this host: the REST API and /fn/, an embedded
+registry, the code store on disk, the in-process builder and a podman runner. It keeps its state in
+the data dir; function containers keep running when it stops and are adopted by the next start.
+Without --jwks-url or --jwt-public-key it writes a development secret and a token for the user
+"dev" into the data dir.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := c.complete(); err != nil {
+				return err
+			}
+			return run(cmd.Context(), c, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	c.addFlags(cmd.Flags())
+	return cmd
 }
 
 // runUp is `sless up`: the whole platform on one host.
-func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c, err := parseUpFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	if err != nil {
-		if _, ok := err.(usageError); ok {
-			return err
-		}
-		return usageError{err.Error()}
-	}
+func runUp(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
 		return err
 	}
@@ -167,14 +151,13 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", c.listen)
+	addr := c.api.Address(options.UpListen)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("--listen %s: %w", c.listen, err)
+		return fmt.Errorf("--listen %s: %w", addr, err)
 	}
 	defer ln.Close()
-	if c.publicURL == "" {
-		c.publicURL = "http://" + ln.Addr().String()
-	}
+	c.api.PublicURL = cmp.Or(c.api.PublicURL, "http://"+ln.Addr().String())
 	var clock local.Clock
 	var manual *local.ManualClock
 	if c.testClock {
@@ -184,15 +167,13 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	builds := build.NewMetrics() // counted on the API's /metrics
 	p, err := local.Open(ctx, local.Config{DataDir: c.dataDir, RegistryListen: c.regListen, PodmanRoot: c.podmanRoot,
 		BasesDir: c.basesDir, Clock: clock, Logger: logger, Progress: stderr,
-		PipIndexURL: c.pipIndex, NPMRegistry: c.npmRegistry, DepsCAFile: c.depsCA, Subnet: c.subnet, IndexHosts: c.indexHosts, Quota: c.quota,
-		Autoscale:    []autoscale.Option{autoscale.WithStableWindow(c.stableWindow), autoscale.WithPanicWindow(c.panicWindow)},
-		ObserveBuild: builds.Observe})
+		PipIndexURL: c.indexes.PipIndexURL, NPMRegistry: c.indexes.NPMRegistry, DepsCAFile: c.depsCA, Subnet: c.subnet, IndexHosts: c.indexes.Hosts,
+		Quota: c.localQuota(), Autoscale: c.autoscale.DeciderOptions(), ObserveBuild: builds.Observe})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	srv, err := api.New(p.Backend(), api.WithVerifier(verifier), api.WithLogger(logger), api.WithPublicURL(c.publicURL),
-		api.WithFunctionDomain(c.fnDomain), api.WithUploadLimit(c.uploadLimit), api.WithUploadRate(c.uploadRate, c.uploadBurst), api.WithMaxHeld(c.maxHeld), api.WithTempDir(c.dataDir), api.WithReadiness(p.Ready))
+	srv, err := api.New(p.Backend(), c.api.ServerOptions(api.WithVerifier(verifier), api.WithLogger(logger), api.WithTempDir(c.dataDir), api.WithReadiness(p.Ready))...)
 	if err != nil {
 		return err
 	}
@@ -202,11 +183,12 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if manual != nil {
 		handler = clockHandler(manual, p, handler)
 	}
-	fmt.Fprintf(stdout, "sless up: API and /fn/ on %s, registry on %s, data in %s\n", c.publicURL, p.RegistryAddr(), c.dataDir)
+	publicURL := c.api.PublicURL
+	fmt.Fprintf(stdout, "sless up: API and /fn/ on %s, registry on %s, data in %s\n", publicURL, p.RegistryAddr(), c.dataDir)
 	fmt.Fprintf(stdout, "sless up: the registry needs credentials; for crane: export DOCKER_CONFIG=%s\n", p.RegistryConfigDir())
 	if tokenFile != "" {
 		fmt.Fprintf(stdout, "sless up: dev mode: a token for user \"dev\" is in %s\n", tokenFile)
-		fmt.Fprintf(stdout, "  export SLESS_ENDPOINT=%s SLESS_API_TOKEN=$(cat %s)\n", c.publicURL, tokenFile)
+		fmt.Fprintf(stdout, "  export SLESS_ENDPOINT=%s SLESS_API_TOKEN=$(cat %s)\n", publicURL, tokenFile)
 	}
 	err = serveUp(ctx, p, api.NewHTTPServer("", handler, logger), ln, func(ctx context.Context) error {
 		// Missing language bases are built first (minutes, once); /readyz says so meanwhile.
@@ -216,30 +198,21 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-// verifier checks tokens with the configured keys, or with the dev secret kept in the data dir
-// (then tokenFile names the dev token written beside it).
+// verifier checks tokens with the keys the flags name, or with the dev secret kept in the data
+// dir (then tokenFile names the dev token written beside it).
 func (c *upConfig) verifier(ctx context.Context, logger *slog.Logger) (v *auth.Verifier, tokenFile string, err error) {
-	// Empty issuer and audience check nothing.
-	opts := []auth.Option{auth.WithLogger(logger), auth.WithContext(ctx), auth.WithIssuer(c.issuer), auth.WithAudience(c.audience),
-		auth.WithAnyAudience(c.anyAudience)}
-	switch {
-	case c.jwksURL != "":
-		opts = append(opts, auth.WithJWKS(c.jwksURL))
-	case c.pubKey != "":
-		pem, err := os.ReadFile(c.pubKey)
-		if err != nil {
-			return nil, "", fmt.Errorf("--jwt-public-key: %w", err)
-		}
-		opts = append(opts, auth.WithPublicKeyPEM(pem))
-	default:
+	key, err := c.auth.Key()
+	if err != nil {
+		return nil, "", err
+	}
+	if key == nil {
 		secret, tf, err := devAuth(c.dataDir)
 		if err != nil {
 			return nil, "", err
 		}
-		tokenFile = tf
-		opts = append(opts, auth.WithHS256Secret(secret))
+		tokenFile, key = tf, auth.WithHS256Secret(secret)
 	}
-	v, err = auth.New(opts...)
+	v, err = c.auth.Verifier(ctx, logger, key)
 	return v, tokenFile, err
 }
 
@@ -353,18 +326,21 @@ func defaultCAFile() string {
 	return ""
 }
 
-// runDown is `sless down`: removes an instance's containers, networks and firewall chain (what
+// downCmd is `sless down`: removes an instance's containers, networks and firewall chain (what
 // outlives `sless up` by design); its data stays.
-func runDown(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sless down", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", defaultDataDir(), "the instance's data dir (as given to sless up)")
-	podmanRoot := fs.String("podman-root", filepath.Join(defaultCacheDir(), "podman"), "podman storage (as given to sless up)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err.Error()}
+func downCmd() *cobra.Command {
+	var dataDir, podmanRoot string
+	cmd := &cobra.Command{
+		Use:   "down [--data-dir DIR]",
+		Short: "Remove an instance's containers, networks and firewall chain",
+		Long: `Down removes what an instance of 'sless up' leaves running by design: its function containers,
+its networks and its firewall chain. Its data dir stays.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return local.Down(cmd.Context(), dataDir, podmanRoot)
+		},
 	}
-	return local.Down(ctx, *dataDir, *podmanRoot)
+	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "the instance's data dir (as given to sless up)")
+	cmd.Flags().StringVar(&podmanRoot, "podman-root", filepath.Join(defaultCacheDir(), "podman"), "podman storage (as given to sless up)")
+	return cmd
 }

@@ -66,6 +66,7 @@ var allowed = map[string][]string{
 
 	"internal/faultproxy": {"internal/ports"}, // a fault-injecting reverse proxy for tests
 
+	"cmd/internal/options":         {"api", "api/auth", "autoscale"}, // the flag groups both servers register
 	"cmd/sless":                    anything,
 	"cmd/sless-operator":           anything,
 	"cmd/terraform-provider-sless": {"provider"},
@@ -158,10 +159,10 @@ func TestDependenciesPointOneWay(t *testing.T) {
 	}
 }
 
-// restServerImporters may import the REST server (package api): the commands that run it, the
-// benchmarks, and its conformance suite. Every store and backend takes the object model from
+// restServerImporters may import the REST server (package api): the commands that run it (and
+// their option groups), the benchmarks, and its conformance suite. Every store and backend takes the object model from
 // package objects instead, so none links the HTTP server, JWT, or the API's metrics.
-var restServerImporters = []string{"cmd/sless", "cmd/sless-operator", "bench", "api/apitest", "e2e/k8s"}
+var restServerImporters = []string{"cmd/sless", "cmd/sless-operator", "cmd/internal/options", "bench", "api/apitest", "e2e/k8s"}
 
 // restServerImports lists the packages of pkgs, outside restServerImporters, whose non-test code
 // imports the REST server.

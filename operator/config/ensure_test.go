@@ -35,7 +35,11 @@ func TestOperatorEnsuresTenantsWithItsRole(t *testing.T) {
 	op := operatorClient(t, env)
 	ns := "sless-0000000000000ab5"
 	ensure := func(cfg resources.TenantConfig) error {
-		return kubestore.New(op, nil, cfg, nil).Namespaces.Ensure(ctx, ns)
+		b, err := kubestore.New(op, kubestore.WithTenant(cfg))
+		if err != nil {
+			return err
+		}
+		return b.Namespaces.Ensure(ctx, ns)
 	}
 	pullSecret := func() string {
 		t.Helper()

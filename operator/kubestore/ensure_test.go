@@ -26,9 +26,19 @@ func tenantConfig(auth string, quota resources.TenantQuota, egress ...string) re
 
 func ensure(t *testing.T, c client.Client, ns string, cfg resources.TenantConfig) {
 	t.Helper()
-	if err := kubestore.New(c, nil, cfg, nil).Namespaces.Ensure(context.Background(), ns); err != nil {
+	if err := tenants(t, c, cfg).Ensure(context.Background(), ns); err != nil {
 		t.Fatalf("ensure %s: %v", ns, err)
 	}
+}
+
+// tenants is the backend's namespace store with tenant configuration cfg.
+func tenants(t *testing.T, c client.Client, cfg resources.TenantConfig) objects.Namespaces {
+	t.Helper()
+	b, err := kubestore.New(c, kubestore.WithTenant(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Namespaces
 }
 
 // writesOfEnsure runs Ensure through a client that records every write it makes (a create that
@@ -178,7 +188,7 @@ func TestEnsureRefusesANamespaceItDoesNotManage(t *testing.T) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	err := kubestore.New(c, nil, tenantConfig("x", resources.TenantQuota{}), nil).Namespaces.Ensure(ctx, ns)
+	err := tenants(t, c, tenantConfig("x", resources.TenantQuota{})).Ensure(ctx, ns)
 	if !errors.Is(err, objects.ErrConflict) {
 		t.Errorf("ensure of an unmanaged namespace: %v", err)
 	}

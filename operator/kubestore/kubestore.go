@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/activator"
-	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/objects"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/resources"
@@ -40,23 +39,49 @@ import (
 // Secrets: create and update (a whole object, which returns nothing of the old one), never read.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update
 
-// New is an objects.Backend on the cluster c reaches; /fn/ goes where resolver says (an
-// EndpointResolver in the operator).
-func New(c client.Client, code codestore.Store, tenant resources.TenantConfig, resolver objects.Resolver) objects.Backend {
-	return objects.Backend{
-		Namespaces:  &namespaces{c: c, tenant: tenant},
+// New is the objects.Backend of the cluster c reaches, whole: the stores on the CRDs (read and
+// written through c, a direct client, so that a create is seen by the next get), tenant
+// namespaces, /fn/'s view of functions and their pods, and what the options add (logs, the
+// invocation history, the scaler); see each option for its default.
+func New(c client.Client, opts ...Option) (objects.Backend, error) {
+	o, err := makeOptions(opts...)
+	if err != nil {
+		return objects.Backend{}, err
+	}
+	b := objects.Backend{
+		Namespaces:  &namespaces{c: c, tenant: o.tenant},
 		Functions:   &functions{c: c},
 		Triggers:    &triggers{c: c},
 		Jobs:        &jobs{c: c},
-		Invocations: objects.NewInvocationRing(1000),
-		Code:        code,
-		Resolver:    resolver,
+		Invocations: o.invocations,
+		Code:        o.code,
+		Resolver:    o.resolver,
+		Logs:        o.logs,
+		Scaler:      o.scaler,
 	}
-}
-
-// ServingView is what /fn/ reads per request, from c (the manager's cache in the operator).
-func ServingView(c client.Client) *objects.ServingView {
-	return &objects.ServingView{Functions: &functions{c: c}, Triggers: &triggers{c: c}}
+	if b.Invocations == nil {
+		b.Invocations = objects.NewInvocationRing(DefaultInvocationRing)
+	}
+	serving := c
+	if o.cache != nil {
+		// /fn/ reads functions and triggers from the cache, not with two API round trips per request.
+		serving = o.cache
+		b.Serving = &objects.ServingView{Functions: &functions{c: serving}, Triggers: &triggers{c: serving}}
+	}
+	if b.Resolver == nil {
+		// /fn/ goes to the pods behind the function's Service, not to its virtual IP, and probes
+		// those that are not ready yet itself.
+		endpoints := &EndpointResolver{Reader: serving}
+		b.Resolver, b.Instances = endpoints, endpoints
+	}
+	if o.logsConfig != nil {
+		logs, err := NewLogs(o.logsConfig, o.code)
+		if err != nil {
+			return objects.Backend{}, err
+		}
+		b.Logs = logs
+	}
+	return b, nil
 }
 
 // notFound maps the API server's refusals to the API's errors.

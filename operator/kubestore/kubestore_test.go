@@ -40,7 +40,12 @@ func TestMain(m *testing.M) {
 // its own tenant, and a deleted namespace stays Terminating there, with no namespace controller).
 var kubeBackend = apitest.Backend{Name: "kubestore", New: func(t testing.TB, code codestore.Store, r objects.Resolver) (objects.Backend, apitest.Controller) {
 	c := shared.Get(t).Client
-	return kubestore.New(c, code, resources.TenantConfig{OperatorNamespace: "sless-system", DockerConfigJSON: func(string) []byte { return []byte(`{"auths":{}}`) }}, r), controller{c}
+	b, err := kubestore.New(c, kubestore.WithCodeStore(code), kubestore.WithResolver(r),
+		kubestore.WithTenant(resources.TenantConfig{OperatorNamespace: "sless-system", DockerConfigJSON: func(string) []byte { return []byte(`{"auths":{}}`) }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, controller{c}
 }}
 
 // controller plays the reconcilers: it writes the CRDs' status with observedGeneration.
@@ -313,7 +318,10 @@ func TestScaleLimitedReachesTheAPI(t *testing.T) {
 	if !r.ScaleLimited(ctx, ns, "f") {
 		t.Error("the resolver does not see the ScaleLimited condition")
 	}
-	store := kubestore.New(env.Client, nil, resources.TenantConfig{OperatorNamespace: "sless-system"}, r)
+	store, err := kubestore.New(env.Client, kubestore.WithResolver(r))
+	if err != nil {
+		t.Fatal(err)
+	}
 	got, err := store.Functions.Get(ctx, ns, "f")
 	if err != nil {
 		t.Fatal(err)

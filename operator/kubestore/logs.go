@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sort"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
@@ -44,6 +46,25 @@ type Logs struct {
 }
 
 var _ objects.Logs = (*Logs)(nil)
+
+// Pod log clients' rate limits: followers look for new pods every second.
+const (
+	logsQPS   = 50
+	logsBurst = 100
+)
+
+// NewLogs reads function pods' logs with a clientset of its own made from cfg (QPS 50, burst
+// 100): its rate limiter does not slow the API's or the reconcilers' calls; code holds the logs of
+// stopped pods.
+func NewLogs(cfg *rest.Config, code codestore.Store) (*Logs, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = logsQPS, logsBurst
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("making the pod logs client: %w", err)
+	}
+	return &Logs{Pods: cs, Code: code}, nil
+}
 
 // functionPods selects a function's serving pods (not its deps, job or cron pods).
 func functionPods(name string) string {

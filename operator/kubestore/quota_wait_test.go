@@ -13,7 +13,6 @@ import (
 
 	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/operator/kubestore"
-	"github.com/sless-dev/sless/operator/resources"
 )
 
 // A namespace ensured a moment ago has a quota kube-controller-manager has not counted yet; the
@@ -40,7 +39,10 @@ func TestCreateWaitsForTheQuotaStatus(t *testing.T) {
 			return c.Create(ctx, obj, opts...)
 		},
 	})
-	store := kubestore.New(c, nil, resources.TenantConfig{OperatorNamespace: "sless-system"}, nil)
+	store, err := kubestore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := store.Namespaces.Ensure(ctx, ns); err != nil {
 		t.Fatal(err)
 	}

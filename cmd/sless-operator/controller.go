@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/build"
+	"github.com/sless-dev/sless/cmd/internal/options"
+	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/deps"
+	"github.com/sless-dev/sless/indexproxy"
+	"github.com/sless-dev/sless/oci"
+	"github.com/sless-dev/sless/operator/controllers"
+	"github.com/sless-dev/sless/operator/kubestore"
+	"github.com/sless-dev/sless/operator/resources"
+)
+
+// setupControllerRole starts the index proxy and adds to mgr the controllers (controllers.Setup)
+// and the pass that brings existing tenants to the current configuration. It returns the Scaler
+// (nil without --autoscale).
+func (c *config) setupControllerRole(ctx context.Context, mgr ctrl.Manager, code codestore.Store, creds *registryCreds,
+	tenant resources.TenantConfig, builds *build.Metrics, logger *slog.Logger) (*controllers.Scaler, error) {
+	if c.indexProxy != "" {
+		// Installers run tenant code and get no credential: the proxy adds the indexes' upstream.
+		// Every controller replica serves it, leader or not (a Service in front).
+		ix := c.indexes
+		p, err := indexproxy.New([]string{ix.PipIndexURL, ix.NPMRegistry}, append(indexproxy.PublicHosts(ix.PipIndexURL, ix.NPMRegistry), ix.Hosts...), logger)
+		if err != nil {
+			return nil, err
+		}
+		ps, err := indexproxy.Listen(c.indexProxy, p)
+		if err != nil {
+			return nil, err
+		}
+		context.AfterFunc(ctx, func() { ps.Close() })
+	}
+	pipeline, err := c.pipeline(code, creds, builds.Observe)
+	if err != nil {
+		return nil, err
+	}
+	logs, err := kubestore.NewLogs(mgr.GetConfig(), code)
+	if err != nil {
+		return nil, err
+	}
+	cfg := controllers.Config{Pipeline: pipeline, Code: code, PublicURL: c.api.PublicURL, OperatorNamespace: c.operatorNS,
+		MaxConcurrentReconciles: c.workers, FollowPod: logs.FollowPod}
+	if c.policyGate {
+		cfg.PolicyGate = c.operatorImage
+	}
+	if c.operatorImage != "" {
+		store, err := deps.NewRegistryStore(c.registry+"/sless/deps", remote.WithAuthFromKeychain(creds.keychain))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Deps = &controllers.DepsConfig{Store: store, Repo: c.registry + "/sless/deps", OperatorImage: c.operatorImage, Insecure: c.insecure,
+			PushCredential: creds.depsPush, Proxy: c.proxyURL()}
+	}
+	if c.autoscaleOn {
+		cfg.Autoscale = &controllers.AutoscaleConfig{Decider: c.autoscale.DeciderOptions(), LoadsService: c.loadsService,
+			Instances: &kubestore.EndpointResolver{Reader: mgr.GetClient()}}
+	}
+	scaler, err := controllers.Setup(mgr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// New quota values, policies and a rotated pull secret reach the tenants that exist already
+	// (the leader does it once per start; Ensure writes only what differs).
+	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return nil, err
+	}
+	return scaler, mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if err := kubestore.EnsureTenants(ctx, direct, tenant); err != nil && ctx.Err() == nil {
+			logger.Error("bringing tenant namespaces up to date", "error", err)
+		}
+		return nil
+	}))
+}
+
+// pipeline is the build pipeline the reconcilers share.
+func (c *config) pipeline(code codestore.Store, creds *registryCreds, observe func(build.Observation)) (*build.Pipeline, error) {
+	builder, err := oci.NewBuilder(oci.WithInsecure(c.insecure), oci.WithKeychain(creds.keychain))
+	if err != nil {
+		return nil, err
+	}
+	return build.New(code, builder, build.WithRegistry(c.registry), build.WithRuntimes(c.runtimes), build.WithConcurrency(c.builds),
+		build.WithTenantConcurrency(c.tenantBuilds), build.WithTimeout(5*time.Minute),
+		build.WithIndex(apiv1.RuntimePython311, indexproxy.Sanitize(c.indexes.PipIndexURL)), build.WithIndex(apiv1.RuntimeNodejs20, indexproxy.Sanitize(c.indexes.NPMRegistry)),
+		build.WithObserver(observe))
+}
+
+// controllerServer serves the controller's /healthz, /readyz (the caches synced) and /metrics.
+func (c *config) controllerServer(mgr ctrl.Manager, builds *build.Metrics, logger *slog.Logger) (func(context.Context) error, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(builds, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ready := cachesSynced(mgr)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", c.api.Address(options.OperatorListen))
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "sless-operator: controller health and metrics on %s\n", ln.Addr())
+	return func(ctx context.Context) error {
+		return api.Serve(ctx, api.NewHTTPServer("", mux, logger), ln, time.Second)
+	}, nil
+}
