@@ -15,8 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/sless-dev/sless/api"
 	"github.com/sless-dev/sless/api/apiv1"
@@ -75,22 +73,10 @@ func (c *config) setupControllerRole(ctx context.Context, mgr ctrl.Manager, code
 		cfg.Autoscale = &controllers.AutoscaleConfig{Decider: c.autoscale.DeciderOptions(), LoadsService: c.loadsService,
 			Instances: &kubestore.EndpointResolver{Reader: mgr.GetClient()}}
 	}
-	scaler, err := controllers.Setup(mgr, cfg)
-	if err != nil {
-		return nil, err
-	}
-	// New quota values, policies and a rotated pull secret reach the tenants that exist already
-	// (the leader does it once per start; Ensure writes only what differs).
-	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
-	if err != nil {
-		return nil, err
-	}
-	return scaler, mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		if err := kubestore.EnsureTenants(ctx, direct, tenant); err != nil && ctx.Err() == nil {
-			logger.Error("bringing tenant namespaces up to date", "error", err)
-		}
-		return nil
-	}))
+	// Tenant namespaces are provisioned by the TenantReconciler: at start every one is brought to
+	// the current flags (new quota values, policies, a rotated pull secret).
+	cfg.Tenant = tenant
+	return controllers.Setup(mgr, cfg)
 }
 
 // pipeline is the build pipeline the reconcilers share.

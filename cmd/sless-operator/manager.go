@@ -44,7 +44,9 @@ func newManager(leaderElect bool, namespace string) (ctrl.Manager, error) {
 	// (Other pods, a deps Job's, are read from the API server: APIReader.)
 	fnPods := labels.SelectorFromSet(labels.Set{runspec.LabelManagedBy: runspec.ManagedBy, runspec.LabelRole: string(runspec.RoleFunction)})
 	return ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Label: ours}, &corev1.Pod{}: {Label: fnPods}}},
+		// The TenantReconciler watches namespaces: only tenant namespaces (labelled as sless's).
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Label: ours}, &corev1.Pod{}: {Label: fnPods},
+			&corev1.Namespace{}: {Label: ours}}},
 		// A pod that stops hands the Lease on at once instead of letting it expire (15 s).
 		LeaderElection: leaderElect, LeaderElectionID: leaseName, LeaderElectionNamespace: namespace, LeaderElectionReleaseOnCancel: true,
 		// A leader that dies without releasing (a node lost) is replaced within 8 s + the standby's

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/sless-dev/sless/autoscale"
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/operator/resources"
 )
 
 // EventSource is the name the controllers' Kubernetes Events carry as their source.
@@ -40,6 +42,9 @@ type Config struct {
 	// FollowPod follows a function pod's log from its first line until the pod is done, for the
 	// LogKeeper (kubestore.Logs.FollowPod). Required.
 	FollowPod func(ctx context.Context, ns, fn, pod string, emit func(apiv1.LogLine) error) error
+	// Tenant is what every tenant namespace gets (the TenantReconciler; its OperatorNamespace is
+	// set from OperatorNamespace when empty).
+	Tenant resources.TenantConfig
 	// Autoscale, when set, runs the Scaler: the replicas of running functions follow their load.
 	// Nil: one instance per function (none while its http triggers are off).
 	Autoscale *AutoscaleConfig
@@ -75,7 +80,8 @@ func (c *Config) validate() error {
 }
 
 // Setup adds to mgr everything the controller leader runs: the Scaler (with cfg.Autoscale), the
-// LogKeeper, the Function reconciler, the Collector and the FunctionJob and Trigger reconcilers.
+// LogKeeper, the Function reconciler, the Collector and the FunctionJob, Trigger and Tenant
+// reconcilers.
 // It returns the Scaler (nil without cfg.Autoscale), which a /fn/ in the same process pokes.
 func Setup(mgr ctrl.Manager, cfg Config) (*Scaler, error) {
 	if err := cfg.validate(); err != nil {
@@ -125,6 +131,11 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Scaler, error) {
 	}
 	if err := (&TriggerReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), PublicURL: cfg.PublicURL, Recorder: recorder,
 		PolicyGate: cfg.PolicyGate}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	tenant := cfg.Tenant
+	tenant.OperatorNamespace = cmp.Or(tenant.OperatorNamespace, cfg.OperatorNamespace)
+	if err := (&TenantReconciler{Client: mgr.GetClient(), Tenant: tenant}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	return scaler, nil

@@ -2,9 +2,6 @@ package kubestore
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -16,11 +13,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,10 +31,8 @@ import (
 // +kubebuilder:rbac:groups=sless.dev,resources=functions;triggers;functionjobs,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges,verbs=get;create;update;patch
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;create;update
-// Secrets: create and update (a whole object, which returns nothing of the old one), never read.
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update
+// The quota admission's status wait (createUnderQuota) patches the namespace's quota.
+// +kubebuilder:rbac:groups="",resources=resourcequotas,verbs=get;patch
 
 // New is the objects.Backend of the cluster c reaches, whole: the stores on the CRDs (read and
 // written through c, a direct client, so that a create is seen by the next get), tenant
@@ -49,7 +44,7 @@ func New(c client.Client, opts ...Option) (objects.Backend, error) {
 		return objects.Backend{}, err
 	}
 	b := objects.Backend{
-		Namespaces:  &namespaces{c: c, tenant: o.tenant},
+		Namespaces:  &namespaces{c: c, tenant: o.tenant, provisionTimeout: o.provisionTimeout},
 		Functions:   &functions{c: c},
 		Triggers:    &triggers{c: c},
 		Jobs:        &jobs{c: c},
@@ -193,74 +188,36 @@ func (r *EndpointResolver) Instances(ctx context.Context, ns, name string) ([]ac
 // --- namespaces
 
 type namespaces struct {
-	c      client.Client
-	tenant resources.TenantConfig
+	c                client.Client
+	tenant           resources.TenantConfig
+	provisionTimeout time.Duration
 }
 
-// Ensure creates the tenant namespace and its objects, and brings existing ones up to what
-// TenantObjects says now (new quota values, network policies, a rotated pull secret): an object
-// whose content differs is updated, one not labelled managed-by sless is left alone. It writes
-// nothing when all is current.
+// Ensure creates the tenant namespace, labelled as sless's (pod security "restricted"), and
+// answers once the controller's TenantReconciler has provisioned it (resources.AnnotationProvisioned:
+// its quota, limits, network policies and pull secret exist), within the provision timeout
+// (WithProvisionTimeout); beyond, *objects.NotReadyError: the namespace is there and ensure may be
+// called again. A namespace provisioned before answers at once.
 func (n *namespaces) Ensure(ctx context.Context, ns string) error {
-	return ensureTenant(ctx, n.c, ns, n.tenant)
-}
-
-// EnsureTenants does Ensure for every tenant namespace there is (labelled managed-by sless), so
-// that what changed in tenant (quota values, rotated registry keys) reaches tenants that do not
-// call ensure again. One namespace's failure does not stop the others; all are returned.
-func EnsureTenants(ctx context.Context, c client.Client, tenant resources.TenantConfig) error {
-	var l corev1.NamespaceList
-	if err := c.List(ctx, &l, client.MatchingLabels{runspec.LabelManagedBy: runspec.ManagedBy}); err != nil {
-		return err
-	}
-	var errs []error
-	for _, ns := range l.Items {
-		if !ns.DeletionTimestamp.IsZero() {
-			continue
-		}
-		if err := ensureTenant(ctx, c, ns.Name, tenant); err != nil {
-			errs = append(errs, fmt.Errorf("namespace %s: %w", ns.Name, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// pullSecretHash is the namespace annotation with the sha256 of the pull secret last written:
-// the operator may not read Secrets, so this is how it knows whether the secret is current.
-const pullSecretHash = "sless.dev/pull-secret-sha256"
-
-func ensureTenant(ctx context.Context, c client.Client, ns string, tenant resources.TenantConfig) error {
-	want, objs := resources.TenantObjects(ns, tenant)
-	nsObj, err := ensureNamespace(ctx, c, want)
+	want, _ := resources.TenantObjects(ns, n.tenant)
+	cur, err := ensureNamespace(ctx, n.c, want)
 	if err != nil {
 		return err
 	}
-	var secret *corev1.Secret
-	for _, o := range objs {
-		switch o := o.(type) {
-		case *corev1.Secret:
-			secret = o
-		case *corev1.ResourceQuota:
-			err = ensureObject(ctx, c, o, &corev1.ResourceQuota{}, func(cur *corev1.ResourceQuota) bool {
-				return equality.Semantic.DeepEqual(cur.Spec, o.Spec)
-			}, func(cur *corev1.ResourceQuota) { cur.Spec = o.Spec })
-		case *corev1.LimitRange:
-			err = ensureObject(ctx, c, o, &corev1.LimitRange{}, func(cur *corev1.LimitRange) bool {
-				return equality.Semantic.DeepEqual(cur.Spec, o.Spec)
-			}, func(cur *corev1.LimitRange) { cur.Spec = o.Spec })
-		case *networkingv1.NetworkPolicy:
-			err = ensureObject(ctx, c, o, &networkingv1.NetworkPolicy{}, func(cur *networkingv1.NetworkPolicy) bool {
-				return equality.Semantic.DeepEqual(cur.Spec, o.Spec)
-			}, func(cur *networkingv1.NetworkPolicy) { cur.Spec = o.Spec })
-		default:
-			err = fmt.Errorf("kubestore: no way to ensure a %T", o)
-		}
-		if err != nil {
-			return err
-		}
+	if cur.Annotations[resources.AnnotationProvisioned] != "" {
+		return nil
 	}
-	if secret != nil {
-		return ensurePullSecret(ctx, c, nsObj, secret)
+	ctx, cancel := context.WithTimeout(ctx, n.provisionTimeout)
+	defer cancel()
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, false, func(ctx context.Context) (bool, error) {
+		var obj corev1.Namespace
+		if err := n.c.Get(ctx, client.ObjectKey{Name: ns}, &obj); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return obj.Annotations[resources.AnnotationProvisioned] != "", nil
+	})
+	if err != nil {
+		return &objects.NotReadyError{Reason: fmt.Sprintf("namespace %s is created and still being provisioned (its quota, limits and network policies) after %v; call ensure again", ns, n.provisionTimeout)}
 	}
 	return nil
 }
@@ -290,84 +247,6 @@ func ensureNamespace(ctx context.Context, c client.Client, want *corev1.Namespac
 		return c.Update(ctx, &cur)
 	})
 	return &cur, err
-}
-
-// ensureObject creates want, or updates the existing object of its name (read into cur) when same
-// says its content differs, through set; with a retry when someone else wrote it meanwhile.
-func ensureObject[T client.Object](ctx context.Context, c client.Client, want, cur T, same func(T) bool, set func(T)) error {
-	return retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }, func() error {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(want), cur); apierrors.IsNotFound(err) {
-			return c.Create(ctx, want.DeepCopyObject().(client.Object))
-		} else if err != nil {
-			return err
-		}
-		if cur.GetLabels()[runspec.LabelManagedBy] != runspec.ManagedBy {
-			return nil // not ours (an administrator's): left as it is
-		}
-		if same(cur) && hasLabels(cur, want.GetLabels()) {
-			return nil
-		}
-		set(cur)
-		for k, v := range want.GetLabels() {
-			setLabel(cur, k, v)
-		}
-		return c.Update(ctx, cur)
-	})
-}
-
-// ensurePullSecret writes the pull secret when it is missing or, as the namespace's annotation
-// says, not what it should be now. The operator may create and update Secrets but not read them:
-// the update replaces the whole object (no resourceVersion), so nothing of the old one comes
-// back, and the API server's admission policy (config/rbac/tenant_updates.yaml) refuses it for a
-// Secret not labelled managed-by sless — then it is left alone, as in ensureObject.
-func ensurePullSecret(ctx context.Context, c client.Client, nsObj *corev1.Namespace, want *corev1.Secret) error {
-	sum := secretHash(want)
-	err := c.Create(ctx, want.DeepCopy())
-	switch {
-	case err == nil:
-	case !apierrors.IsAlreadyExists(err):
-		return err
-	case nsObj.Annotations[pullSecretHash] == sum:
-		return nil
-	default:
-		if err := c.Update(ctx, want.DeepCopy()); err != nil {
-			if (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), notManaged) {
-				return nil
-			}
-			return err
-		}
-	}
-	if nsObj.Annotations[pullSecretHash] == sum {
-		return nil
-	}
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var cur corev1.Namespace
-		if err := c.Get(ctx, client.ObjectKeyFromObject(nsObj), &cur); err != nil {
-			return err
-		}
-		if cur.Annotations == nil {
-			cur.Annotations = map[string]string{}
-		}
-		cur.Annotations[pullSecretHash] = sum
-		return c.Update(ctx, &cur)
-	})
-}
-
-// notManaged is in the admission policy's refusal of an update to an object sless does not manage.
-const notManaged = "updates only the tenant objects it manages"
-
-func secretHash(s *corev1.Secret) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\n", s.Type)
-	keys := make([]string, 0, len(s.Data))
-	for k := range s.Data {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(h, "%s=%x\n", k, s.Data[k])
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 func hasLabels(o metav1.Object, want map[string]string) bool {

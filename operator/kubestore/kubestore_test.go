@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +17,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/sless-dev/sless/api/apitest"
 	"github.com/sless-dev/sless/api/apiv1"
@@ -24,22 +30,60 @@ import (
 	"github.com/sless-dev/sless/lifecycle"
 	"github.com/sless-dev/sless/objects"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
+	"github.com/sless-dev/sless/operator/controllers"
 	"github.com/sless-dev/sless/operator/kubestore"
 	"github.com/sless-dev/sless/operator/resources"
+	"github.com/sless-dev/sless/runspec"
 )
 
 var shared kubetest.Shared
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	stopProvisioner()
 	shared.Stop()
 	os.Exit(code)
+}
+
+// unprovisioned are the tenant namespaces the tests' controller leaves alone (TestEnsureWaitsForTheController).
+var unprovisioned = []string{"sless-0000000000e05e10"}
+
+var (
+	provisionerOnce sync.Once
+	stopProvisioner = func() {}
+)
+
+// provisioned runs the controller's TenantReconciler on the shared API server, as the controller
+// leader does, so that the API's ensure answers: once per test binary, for every tenant namespace
+// but the unprovisioned ones.
+func provisioned(t testing.TB) client.Client {
+	t.Helper()
+	env := shared.Get(t)
+	provisionerOnce.Do(func() {
+		mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &controllers.TenantReconciler{Client: mgr.GetClient(), Tenant: resources.TenantConfig{OperatorNamespace: "sless-system",
+			DockerConfigJSON: func(string) []byte { return []byte(`{"auths":{}}`) }}}
+		tenant := predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()[runspec.LabelManagedBy] == runspec.ManagedBy && !slices.Contains(unprovisioned, o.GetName())
+		})
+		if err := ctrl.NewControllerManagedBy(mgr).Named("tenant").For(&corev1.Namespace{}, builder.WithPredicates(tenant)).Complete(r); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { mgr.Start(ctx); close(done) }()
+		stopProvisioner = func() { cancel(); <-done }
+	})
+	return env.Client
 }
 
 // kubeBackend is the Kubernetes store on a real kube-apiserver (one per test binary: every Env is
 // its own tenant, and a deleted namespace stays Terminating there, with no namespace controller).
 var kubeBackend = apitest.Backend{Name: "kubestore", New: func(t testing.TB, code codestore.Store, r objects.Resolver) (objects.Backend, apitest.Controller) {
-	c := shared.Get(t).Client
+	c := provisioned(t)
 	b, err := kubestore.New(c, kubestore.WithCodeStore(code), kubestore.WithResolver(r),
 		kubestore.WithTenant(resources.TenantConfig{OperatorNamespace: "sless-system", DockerConfigJSON: func(string) []byte { return []byte(`{"auths":{}}`) }}))
 	if err != nil {

@@ -2,6 +2,7 @@ package kubestore
 
 import (
 	"errors"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,18 +24,19 @@ const DefaultInvocationRing = 1000
 type Option func(*options) error
 
 type options struct {
-	code        codestore.Store
-	tenant      resources.TenantConfig
-	cache       client.Client
-	resolver    objects.Resolver
-	logsConfig  *rest.Config
-	logs        objects.Logs
-	scaler      activator.Scaler
-	invocations objects.Invocations
+	provisionTimeout time.Duration
+	code             codestore.Store
+	tenant           resources.TenantConfig
+	cache            client.Client
+	resolver         objects.Resolver
+	logsConfig       *rest.Config
+	logs             objects.Logs
+	scaler           activator.Scaler
+	invocations      objects.Invocations
 }
 
 func makeOptions(opts ...Option) (*options, error) {
-	o := &options{tenant: resources.TenantConfig{OperatorNamespace: DefaultOperatorNamespace}}
+	o := &options{tenant: resources.TenantConfig{OperatorNamespace: DefaultOperatorNamespace}, provisionTimeout: DefaultProvisionTimeout}
 	for _, opt := range opts {
 		if err := opt(o); err != nil {
 			return nil, err
@@ -61,6 +63,22 @@ func WithCodeStore(code codestore.Store) Option {
 // resources.DefaultTenantQuota, no pull secret content, no deps egress, no index proxy.
 func WithTenant(tenant resources.TenantConfig) Option {
 	return func(o *options) error { o.tenant = tenant; return nil }
+}
+
+// DefaultProvisionTimeout is WithProvisionTimeout's default.
+const DefaultProvisionTimeout = 30 * time.Second
+
+// WithProvisionTimeout bounds how long Namespaces.Ensure waits for the controller to provision a
+// new tenant namespace before it answers *objects.NotReadyError (503: call ensure again). The
+// default is DefaultProvisionTimeout.
+func WithProvisionTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return errors.New("kubestore: WithProvisionTimeout needs a positive duration")
+		}
+		o.provisionTimeout = d
+		return nil
+	}
 }
 
 // WithCache has /fn/ read what it needs per request (Functions, Triggers, EndpointSlices) through

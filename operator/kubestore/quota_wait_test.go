@@ -24,6 +24,7 @@ func TestCreateWaitsForTheQuotaStatus(t *testing.T) {
 	ctx := context.Background()
 	ns := "sless-00000000000000e1"
 	refusals := 3
+	provisioned(t)
 	env := shared.Get(t)
 	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 	if err != nil {

@@ -200,3 +200,8 @@ func splitEgress(e string) (cidr string, port int32) {
 	}
 	return e[:i], int32(n)
 }
+
+// AnnotationProvisioned on a tenant namespace is set by the controller's TenantReconciler once the
+// tenant's objects are as TenantObjects says (its value is their digest): the API's ensure answers
+// when it is there.
+const AnnotationProvisioned = "sless.dev/tenant-provisioned"
