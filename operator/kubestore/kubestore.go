@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/activator"
+	"github.com/sless-dev/sless/lifecycle"
 	"github.com/sless-dev/sless/objects"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/resources"
@@ -45,9 +45,9 @@ func New(c client.Client, opts ...Option) (objects.Backend, error) {
 	}
 	b := objects.Backend{
 		Namespaces:  &namespaces{c: c, tenant: o.tenant, provisionTimeout: o.provisionTimeout},
-		Functions:   &functions{c: c},
-		Triggers:    &triggers{c: c},
-		Jobs:        &jobs{c: c},
+		Functions:   functions(c),
+		Triggers:    triggers(c),
+		Jobs:        jobs(c),
 		Invocations: o.invocations,
 		Code:        o.code,
 		Resolver:    o.resolver,
@@ -61,7 +61,7 @@ func New(c client.Client, opts ...Option) (objects.Backend, error) {
 	if o.cache != nil {
 		// /fn/ reads functions and triggers from the cache, not with two API round trips per request.
 		serving = o.cache
-		b.Serving = &objects.ServingView{Functions: &functions{c: serving}, Triggers: &triggers{c: serving}}
+		b.Serving = &objects.ServingView{Functions: functions(serving), Triggers: triggers(serving)}
 	}
 	if b.Resolver == nil {
 		// /fn/ goes to the pods behind the function's Service, not to its virtual IP, and probes
@@ -286,7 +286,22 @@ func (n *namespaces) Delete(ctx context.Context, ns string) error {
 
 // --- functions
 
-type functions struct{ c client.Client }
+// functions are Function objects.
+func functions(c client.Client) *crd[objects.FunctionSpec, lifecycle.FunctionStatus, *slessv1.Function, *slessv1.FunctionList] {
+	return &crd[objects.FunctionSpec, lifecycle.FunctionStatus, *slessv1.Function, *slessv1.FunctionList]{c: c,
+		object: func(ns, name string) *slessv1.Function {
+			return &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		},
+		list:     func() *slessv1.FunctionList { return &slessv1.FunctionList{} },
+		items:    func(l *slessv1.FunctionList) []*slessv1.Function { return pointers(l.Items) },
+		name:     func(s objects.FunctionSpec) string { return s.Name },
+		toObject: toFunction,
+		setSpec:  setSpec,
+		create: func(ctx context.Context, c client.Client, f *slessv1.Function) error {
+			return createUnderQuota(ctx, c, f)
+		},
+	}
+}
 
 // functionSpec is the API's spec of a Function object.
 func functionSpec(f *slessv1.Function) objects.FunctionSpec {
@@ -325,36 +340,6 @@ func setSpec(in objects.FunctionSpec, f *slessv1.Function) {
 	}
 }
 
-func (s *functions) List(ctx context.Context, ns string) ([]objects.Function, error) {
-	var l slessv1.FunctionList
-	if err := s.c.List(ctx, &l, client.InNamespace(ns)); err != nil {
-		return nil, err
-	}
-	out := make([]objects.Function, 0, len(l.Items))
-	for i := range l.Items {
-		out = append(out, toFunction(&l.Items[i]))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Spec.Name < out[j].Spec.Name })
-	return out, nil
-}
-
-func (s *functions) Get(ctx context.Context, ns, name string) (objects.Function, error) {
-	var f slessv1.Function
-	if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &f); err != nil {
-		return objects.Function{}, notFound(err, ns, name)
-	}
-	return toFunction(&f), nil
-}
-
-func (s *functions) Create(ctx context.Context, ns string, in objects.FunctionSpec) (objects.Function, error) {
-	f := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: in.Name, Namespace: ns}}
-	setSpec(in, f)
-	if err := createUnderQuota(ctx, s.c, f); err != nil {
-		return objects.Function{}, notFound(err, ns, in.Name)
-	}
-	return toFunction(f), nil
-}
-
 // quotaStatusWait bounds how long a create waits for the quota controller to count a quota it
 // has not seen yet: a namespace ensured a moment ago, a quota that gained a resource, or the
 // Function CRD itself, which kube-controller-manager learns of on its discovery resync (30 s).
@@ -386,32 +371,4 @@ func createUnderQuota(ctx context.Context, c client.Client, obj client.Object) e
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
-}
-
-func (s *functions) Update(ctx context.Context, ns, name string, fn func(*objects.FunctionSpec) error) (objects.Function, error) {
-	var out objects.Function
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var f slessv1.Function
-		if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &f); err != nil {
-			return notFound(err, ns, name)
-		}
-		spec := functionSpec(&f)
-		if err := fn(&spec); err != nil {
-			return err
-		}
-		before := f.Spec.DeepCopy()
-		setSpec(spec, &f)
-		if !equality.Semantic.DeepEqual(before, &f.Spec) {
-			if err := s.c.Update(ctx, &f); err != nil {
-				return err
-			}
-		}
-		out = toFunction(&f)
-		return nil
-	})
-	return out, err
-}
-
-func (s *functions) Delete(ctx context.Context, ns, name string) error {
-	return notFound(s.c.Delete(ctx, &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}), ns, name)
 }
