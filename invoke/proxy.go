@@ -226,6 +226,10 @@ func notFound(name string, err error) *apiv1.Error {
 	if errors.As(err, &ae) {
 		return ae
 	}
+	var nr *objects.NotReadyError
+	if errors.As(err, &nr) {
+		return apiv1.Errorf(apiv1.CodeNotReady, "%s", nr.Reason)
+	}
 	return &apiv1.Error{Status: http.StatusInternalServerError, Code: apiv1.CodeInternal, Message: "internal error; see the server log"}
 }
 

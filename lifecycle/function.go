@@ -21,14 +21,19 @@ type FunctionStatus struct {
 	// FailedBuildKey latches a build that failed through the function's own fault: it is not tried
 	// again until the key changes (new code, runtime or entrypoint).
 	FailedBuildKey string `json:"failed_build_key,omitempty"`
+	// BuildingKey is the key of the build under way (started, waiting or retried), "" when none is.
+	BuildingKey string `json:"building_key,omitempty"`
 	// Retry counts the platform's failures in a row of one build.
 	Retry *Retry `json:"retry,omitempty"`
 }
 
-// Retry is how often in a row the platform failed the build of Key.
+// Retry is how often in a row the platform failed the build of Key, and when it may run again.
 type Retry struct {
 	Key      string `json:"key"`
 	Attempts int    `json:"attempts"`
+	// NotBefore is when the next attempt is due: a controller woken earlier (by an owned
+	// object's change, a resync) waits until then (RetryWait).
+	NotBefore time.Time `json:"not_before"`
 }
 
 // The retry budget of a build the platform fails (a registry or code store that does not answer,
@@ -66,11 +71,22 @@ type Event interface {
 	apply(s *FunctionStatus, now time.Time)
 }
 
-// Next is status s after event e happened at now. It does not change s.
+// Next is status s after event e happened at now. It does not change s. Times it writes are
+// whole seconds (as Kubernetes keeps them).
 func Next(s FunctionStatus, e Event, now time.Time) FunctionStatus {
 	s = s.clone()
-	e.apply(&s, now.UTC().Truncate(time.Second))
+	e.apply(&s, now.UTC())
 	return s
+}
+
+// second is t in whole seconds, rounded down; ceilSecond rounded up.
+func second(t time.Time) time.Time { return t.Truncate(time.Second) }
+
+func ceilSecond(t time.Time) time.Time {
+	if r := t.Truncate(time.Second); !r.Equal(t) {
+		return r.Add(time.Second)
+	}
+	return t
 }
 
 // Events, in the order a function usually goes through them.
@@ -128,12 +144,13 @@ func (e BuildStarted) apply(s *FunctionStatus, now time.Time) {
 		s.Retry = nil
 	}
 	if s.Retry != nil && s.Retry.Attempts >= RetryBudget {
+		s.BuildingKey = e.Key
 		return // Failed: retried every RetryMax, without going back to Building each time
 	}
-	if s.Phase == apiv1.PhaseBuilding {
-		return // the message and conditions say what the build waits for, or why it is retried
+	if s.Phase == apiv1.PhaseBuilding && s.BuildingKey == e.Key {
+		return // the message and conditions say what this build waits for, or why it is retried
 	}
-	s.Phase, s.Message = apiv1.PhaseBuilding, ""
+	s.Phase, s.Message, s.BuildingKey = apiv1.PhaseBuilding, "", e.Key
 	s.set(apiv1.ConditionBuilt, "False", apiv1.ReasonBuilding, "building the image of code "+short(e.CodeSHA256), now)
 	s.set(apiv1.ConditionReady, "False", apiv1.ReasonBuilding, msgWaitingImage, now)
 }
@@ -149,9 +166,9 @@ func (e BuildPending) apply(s *FunctionStatus, now time.Time) {
 }
 
 func (e BuildSucceeded) apply(s *FunctionStatus, now time.Time) {
-	info := e.Info
-	s.Image, s.BuiltCodeSHA256, s.BuildKey, s.Build, s.LastBuiltAt = e.Image, e.CodeSHA256, e.Key, &info, &now
-	s.FailedBuildKey, s.Retry = "", nil
+	info, at := e.Info, second(now)
+	s.Image, s.BuiltCodeSHA256, s.BuildKey, s.Build, s.LastBuiltAt = e.Image, e.CodeSHA256, e.Key, &info, &at
+	s.FailedBuildKey, s.Retry, s.BuildingKey = "", nil, ""
 	s.Phase, s.Message = apiv1.PhaseBuilding, MsgBuiltStarting
 	s.set(apiv1.ConditionBuilt, "True", apiv1.ReasonBuilt, e.Image, now)
 }
@@ -159,7 +176,7 @@ func (e BuildSucceeded) apply(s *FunctionStatus, now time.Time) {
 func (e BuildFailed) apply(s *FunctionStatus, now time.Time) {
 	msg := strings.TrimSpace(e.Message)
 	if e.User {
-		s.FailedBuildKey, s.Retry = e.Key, nil
+		s.FailedBuildKey, s.Retry, s.BuildingKey = e.Key, nil, ""
 		s.failed(msg, msg, now)
 		return
 	}
@@ -167,7 +184,7 @@ func (e BuildFailed) apply(s *FunctionStatus, now time.Time) {
 	if s.Retry != nil && s.Retry.Key == e.Key {
 		n = s.Retry.Attempts + 1
 	}
-	s.Retry = &Retry{Key: e.Key, Attempts: n}
+	s.Retry, s.BuildingKey = &Retry{Key: e.Key, Attempts: n, NotBefore: ceilSecond(now.Add(RetryDelay(n)))}, e.Key
 	if n >= RetryBudget {
 		m := fmt.Sprintf("%s (failed %d times in a row; retrying every %s)", msg, n, RetryDelay(n))
 		s.failed(m, m, now)
@@ -240,7 +257,7 @@ func (s *FunctionStatus) readyMessage() {
 }
 
 func (s *FunctionStatus) set(typ, status, reason, msg string, now time.Time) {
-	apiv1.SetCondition(&s.Conditions, apiv1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: now})
+	apiv1.SetCondition(&s.Conditions, apiv1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: second(now)})
 	s.ScaleLimited = s.IsScaleLimited()
 }
 
@@ -270,6 +287,15 @@ func (s FunctionStatus) clone() FunctionStatus {
 // of another key, and the build of key has not failed through the function's own fault.
 func (s FunctionStatus) BuildDue(key string) bool {
 	return (s.Image == "" || s.BuildKey != key) && s.FailedBuildKey != key
+}
+
+// RetryWait is how long the build of key must still wait at now after the platform failed it
+// (Retry.NotBefore), 0 when it may run.
+func (s FunctionStatus) RetryWait(key string, now time.Time) time.Duration {
+	if s.Retry == nil || s.Retry.Key != key {
+		return 0
+	}
+	return max(0, s.Retry.NotBefore.Sub(now))
 }
 
 // IsDisabled reports whether the function's http triggers switch it off.

@@ -44,14 +44,16 @@ var ready = with(st(apiv1.PhaseReady, "", cond("Built", "True", "Built", img, t0
 	})
 
 // building is a build of key k2 started at t0 while nothing serves.
-var building = st(apiv1.PhaseBuilding, "", cond("Built", "False", "Building", "building the image of code c0de2", t0),
-	cond("Ready", "False", "Building", "waiting for the image", t0))
+var building = with(st(apiv1.PhaseBuilding, "", cond("Built", "False", "Building", "building the image of code c0de2", t0),
+	cond("Ready", "False", "Building", "waiting for the image", t0)), func(s *lifecycle.FunctionStatus) { s.BuildingKey = "k2" })
 
 // retrying is building after n platform failures of k2.
 func retrying(n int) lifecycle.FunctionStatus {
 	msg := fmt.Sprintf("build failed: 503 (attempt %d of %d; retrying in %s)", n, lifecycle.RetryBudget, lifecycle.RetryDelay(n))
 	return with(st(apiv1.PhaseBuilding, msg, cond("Built", "False", "Building", msg, t0), cond("Ready", "False", "Building", "waiting for the image", t0)),
-		func(s *lifecycle.FunctionStatus) { s.Retry = &lifecycle.Retry{Key: "k2", Attempts: n} })
+		func(s *lifecycle.FunctionStatus) {
+			s.BuildingKey, s.Retry = "k2", &lifecycle.Retry{Key: "k2", Attempts: n, NotBefore: t1.Add(lifecycle.RetryDelay(n))}
+		})
 }
 
 // exhausted is a build of k2 the platform failed RetryBudget times in a row.
@@ -59,7 +61,9 @@ var exhausted = func() lifecycle.FunctionStatus {
 	n := lifecycle.RetryBudget
 	msg := fmt.Sprintf("build failed: 503 (failed %d times in a row; retrying every %s)", n, lifecycle.RetryDelay(n))
 	return with(st(apiv1.PhaseFailed, msg, cond("Built", "False", "Failed", msg, t0), cond("Ready", "False", "Failed", msg, t0)),
-		func(s *lifecycle.FunctionStatus) { s.Retry = &lifecycle.Retry{Key: "k2", Attempts: n} })
+		func(s *lifecycle.FunctionStatus) {
+			s.BuildingKey, s.Retry = "k2", &lifecycle.Retry{Key: "k2", Attempts: n, NotBefore: t1.Add(lifecycle.RetryDelay(n))}
+		})
 }()
 
 // Every transition of a function's status, each from the states it happens in.
@@ -75,24 +79,33 @@ var cases = []struct {
 		want: st(apiv1.PhasePending, lifecycle.MsgWaitingForCode, cond("Ready", "False", "Pending", lifecycle.MsgWaitingForCode, t1))},
 	{name: "the first build starts", from: st(apiv1.PhasePending, lifecycle.MsgWaitingForCode, cond("Ready", "False", "Pending", lifecycle.MsgWaitingForCode, t0)),
 		event: lifecycle.BuildStarted{Key: "k2", CodeSHA256: "c0de2"}, kind: lifecycletest.BuildStarted,
-		want: st(apiv1.PhaseBuilding, "", cond("Ready", "False", "Building", "waiting for the image", t0), cond("Built", "False", "Building", "building the image of code c0de2", t1))},
+		want: with(st(apiv1.PhaseBuilding, "", cond("Ready", "False", "Building", "waiting for the image", t0), cond("Built", "False", "Building", "building the image of code c0de2", t1)),
+			func(s *lifecycle.FunctionStatus) { s.BuildingKey = "k2" })},
 	{name: "a new build of a serving function starts (the old version serves on)", from: ready,
 		event: lifecycle.BuildStarted{Key: "k2", CodeSHA256: "c0de2"}, kind: lifecycletest.BuildStarted,
 		want: with(ready, func(s *lifecycle.FunctionStatus) {
-			s.Phase = apiv1.PhaseBuilding
+			s.Phase, s.BuildingKey = apiv1.PhaseBuilding, "k2"
 			s.Conditions = []apiv1.Condition{cond("Built", "False", "Building", "building the image of code c0de2", t1), cond("Ready", "False", "Building", "waiting for the image", t1)}
 		})},
 	{name: "a build that waits or is retried says so on: starting again changes nothing", from: retrying(2),
 		event: lifecycle.BuildStarted{Key: "k2", CodeSHA256: "c0de2"}, want: retrying(2), pureOnly: true},
 	{name: "a retried build of other code starts afresh", from: retrying(2),
-		event: lifecycle.BuildStarted{Key: "k3", CodeSHA256: "c0de3"}, want: with(retrying(2), func(s *lifecycle.FunctionStatus) { s.Retry = nil }), pureOnly: true},
+		event: lifecycle.BuildStarted{Key: "k3", CodeSHA256: "c0de3"}, kind: lifecycletest.BuildStarted,
+		want: with(st(apiv1.PhaseBuilding, "", cond("Built", "False", "Building", "building the image of code c0de3", t0), cond("Ready", "False", "Building", "waiting for the image", t0)),
+			func(s *lifecycle.FunctionStatus) { s.BuildingKey = "k3" })},
+	{name: "new code while the last version starts: its build starts afresh", from: with(st(apiv1.PhaseBuilding, lifecycle.MsgBuiltStarting,
+		cond("Built", "True", "Built", img, t0), cond("Ready", "False", "Starting", "starting", t0)), func(s *lifecycle.FunctionStatus) { s.Image, s.BuildKey = img, "k2" }),
+		event: lifecycle.BuildStarted{Key: "k3", CodeSHA256: "c0de3"}, kind: lifecycletest.BuildStarted,
+		want: with(st(apiv1.PhaseBuilding, "", cond("Built", "False", "Building", "building the image of code c0de3", t1), cond("Ready", "False", "Building", "waiting for the image", t0)),
+			func(s *lifecycle.FunctionStatus) { s.Image, s.BuildKey, s.BuildingKey = img, "k2", "k3" })},
 	{name: "a build waits for a dependency install", from: building,
 		event: lifecycle.BuildPending{Dependencies: true, Reason: "installing dependencies: Job f-deps-1"}, kind: lifecycletest.BuildPending,
-		want: st(apiv1.PhaseBuilding, "installing dependencies: Job f-deps-1", cond("Built", "False", "InstallingDependencies", "installing dependencies: Job f-deps-1", t0),
-			cond("Ready", "False", "Building", "waiting for the image", t0))},
+		want: with(st(apiv1.PhaseBuilding, "installing dependencies: Job f-deps-1", cond("Built", "False", "InstallingDependencies", "installing dependencies: Job f-deps-1", t0),
+			cond("Ready", "False", "Building", "waiting for the image", t0)), func(s *lifecycle.FunctionStatus) { s.BuildingKey = "k2" })},
 	{name: "a build waits for a build slot", from: building,
 		event: lifecycle.BuildPending{Reason: "waiting for a build slot"}, kind: lifecycletest.BuildPending,
-		want: st(apiv1.PhaseBuilding, "waiting for a build slot", cond("Built", "False", "Building", "waiting for a build slot", t0), cond("Ready", "False", "Building", "waiting for the image", t0))},
+		want: with(st(apiv1.PhaseBuilding, "waiting for a build slot", cond("Built", "False", "Building", "waiting for a build slot", t0), cond("Ready", "False", "Building", "waiting for the image", t0)),
+			func(s *lifecycle.FunctionStatus) { s.BuildingKey = "k2" })},
 	{name: "a build succeeds", from: retrying(3),
 		event: lifecycle.BuildSucceeded{Key: "k2", CodeSHA256: "c0de2", Image: img, Info: apiv1.BuildInfo{DurationMS: 40, DepsKey: "d", DepsCached: true}}, kind: lifecycletest.BuildSucceeded,
 		want: with(st(apiv1.PhaseBuilding, lifecycle.MsgBuiltStarting, cond("Built", "True", "Built", img, t1), cond("Ready", "False", "Building", "waiting for the image", t0)),
@@ -109,7 +122,7 @@ var cases = []struct {
 		want: retrying(1)},
 	{name: "the platform fails a build again: the next attempt waits longer", from: retrying(1),
 		event: lifecycle.BuildFailed{Key: "k2", Message: "build failed: 503"}, kind: lifecycletest.BuildRetrying, want: retrying(2)},
-	{name: "a platform error that is not transient (403) is retried within the same budget", from: retrying(4),
+	{name: "a platform error that is not transient (a 403 of the registry) is retried within the same budget", from: retrying(4),
 		event: lifecycle.BuildFailed{Key: "k2", Message: "build failed: 503"}, kind: lifecycletest.BuildRetrying, want: retrying(5)},
 	{name: "the retry budget is spent: Failed", from: retrying(lifecycle.RetryBudget - 1),
 		event: lifecycle.BuildFailed{Key: "k2", Message: "build failed: 503"}, kind: lifecycletest.BuildExhausted, want: exhausted},
@@ -123,8 +136,8 @@ var cases = []struct {
 			})},
 	{name: "the new version's first instance starts", from: with(building, func(s *lifecycle.FunctionStatus) { s.Message = lifecycle.MsgBuiltStarting }),
 		event: lifecycle.Starting{Image: img}, kind: lifecycletest.Starting,
-		want: st(apiv1.PhaseBuilding, lifecycle.MsgBuiltStarting, cond("Built", "False", "Building", "building the image of code c0de2", t0),
-			cond("Ready", "False", "Starting", "starting the first instance of "+img, t0))},
+		want: with(st(apiv1.PhaseBuilding, lifecycle.MsgBuiltStarting, cond("Built", "False", "Building", "building the image of code c0de2", t0),
+			cond("Ready", "False", "Starting", "starting the first instance of "+img, t0)), func(s *lifecycle.FunctionStatus) { s.BuildingKey = "k2" })},
 	{name: "the new version serves", from: st(apiv1.PhaseBuilding, lifecycle.MsgBuiltStarting, cond("Ready", "False", "Starting", "starting", t0)),
 		event: lifecycle.Ready{Image: img, Replicas: 1, Desired: 2}, kind: lifecycletest.Ready,
 		want: with(st(apiv1.PhaseReady, "", cond("Ready", "True", "Ready", "serving "+img, t1)),
@@ -220,6 +233,9 @@ func TestWroteRefusesOtherStatuses(t *testing.T) {
 		{lifecycletest.BuildRetrying, with(retrying(2), func(s *lifecycle.FunctionStatus) { s.Phase = apiv1.PhaseFailed })},
 		{lifecycletest.BuildRetrying, with(retrying(2), func(s *lifecycle.FunctionStatus) { s.Message = "build failed: 503 (retrying)" })},
 		{lifecycletest.BuildFailedUser, with(ready, func(s *lifecycle.FunctionStatus) { s.Phase, s.Message = apiv1.PhaseFailed, "x" })},
+		{lifecycletest.BuildFailedUser, lifecycle.Next(building, lifecycle.BuildFailed{Message: "x", User: true}, t1)}, // not latched
+		{lifecycletest.BuildStarted, with(building, func(s *lifecycle.FunctionStatus) { s.BuildingKey = "" })},
+		{lifecycletest.BuildSucceeded, with(ready, func(s *lifecycle.FunctionStatus) { s.BuildKey = "" })},
 		{lifecycletest.Disabled, with(ready, func(s *lifecycle.FunctionStatus) { s.Message = "stopped: disabled by its http triggers" })},
 		{lifecycletest.StartFailed, st(apiv1.PhaseFailed, "x", cond("Ready", "False", "StartFailed", "x", t0))},
 		{lifecycletest.WaitingForCode, st(apiv1.PhasePending, "waiting", cond("Ready", "False", "Pending", "waiting", t0))},

@@ -72,7 +72,7 @@ func NextJob(s apiv1.JobStatus, e JobEvent, now time.Time) apiv1.JobStatus {
 		t := *s.CompletionTime
 		s.CompletionTime = &t
 	}
-	e.applyJob(&s, now.UTC().Truncate(time.Second))
+	e.applyJob(&s, second(now.UTC()))
 	return s
 }
 

@@ -77,6 +77,11 @@ func (c *controller) ensureBuilt(ctx context.Context, ns string, obj objects.Fun
 	if !st.BuildDue(k) {
 		return "", nil // this exact build failed already; a new upload or spec change retries
 	}
+	if wait := st.RetryWait(k, time.Now()); wait > 0 {
+		// The platform failed this build a moment ago: a resync or another event does not bring
+		// the next attempt forward.
+		return "", requeueAfter(wait)
+	}
 	if err := apply(lifecycle.BuildStarted{Key: k, CodeSHA256: spec.CodeSHA256}); err != nil {
 		return "", err
 	}

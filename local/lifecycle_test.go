@@ -11,13 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"testing/fstest"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/types"
+	"time"
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/build"
@@ -25,7 +19,6 @@ import (
 	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/internal/faultproxy"
 	"github.com/sless-dev/sless/internal/testenv"
-	"github.com/sless-dev/sless/layers"
 	"github.com/sless-dev/sless/lifecycle"
 	"github.com/sless-dev/sless/lifecycle/lifecycletest"
 	"github.com/sless-dev/sless/local/state"
@@ -71,7 +64,7 @@ func TestBuildLifecycle(t *testing.T) {
 	var builds atomic.Int64
 	pipeline, err := build.New(code, builder, build.WithRegistry(proxy.Addr()), build.WithConcurrency(1), build.WithDeps(installs),
 		build.WithObserver(func(build.Observation) { builds.Add(1) }),
-		build.WithRuntimes(map[string]string{apiv1.RuntimePython311: runtimeImage(t, proxy.Addr())}), build.WithTempDir(dir))
+		build.WithRuntimes(map[string]string{apiv1.RuntimePython311: testenv.RuntimeImage(t, proxy.Addr())}), build.WithTempDir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +159,15 @@ func TestBuildLifecycle(t *testing.T) {
 			t.Fatalf("attempt %d with the registry refusing: %q, %v", n, img, err)
 		}
 		s := read()
+		// Woken again before the next attempt is due (a resync, another event): no build.
+		before := builds.Load()
+		if _, err := built(); !errors.As(err, new(requeueAfter)) || builds.Load() != before {
+			t.Errorf("attempt %d: woken early: %v after %d builds, want a requeue and none", n, err, builds.Load()-before)
+		}
+		// The wait passes.
+		if err := db.Functions.UpdateStatus(ns, "f", 0, func(s *lifecycle.FunctionStatus) { s.Retry.NotBefore = time.Time{} }); err != nil {
+			t.Fatal(err)
+		}
 		switch {
 		case n < lifecycle.RetryBudget:
 			wrote(lifecycletest.BuildRetrying)
@@ -233,21 +235,4 @@ type depsFunc func() error
 
 func (f depsFunc) Layer(context.Context, deps.Spec, string) (deps.Result, error) {
 	return deps.Result{}, f()
-}
-
-// runtimeImage pushes a minimal python runtime image to reg and returns it by digest.
-func runtimeImage(t *testing.T, reg string) string {
-	t.Helper()
-	l, err := layers.FromFS(fstest.MapFS{"server.py": {Data: []byte("print('server')\n")}}, layers.WithPrefix("/app"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, _ := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), l)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	ref, _ := name.ParseReference(reg + "/sless/runtime-python3.11:latest")
-	if err := remote.Write(ref, img); err != nil {
-		t.Fatal(err)
-	}
-	d, _ := img.Digest()
-	return ref.Context().Digest(d.String()).String()
 }

@@ -64,6 +64,14 @@ func WroteWire(k Kind, w apiv1.FunctionStatus) error {
 	return Wrote(k, s)
 }
 
+// retryOf is a status's retry without its time (times are not compared).
+func retryOf(s lifecycle.FunctionStatus) any {
+	if s.Retry == nil {
+		return nil
+	}
+	return [2]any{s.Retry.Key, s.Retry.Attempts}
+}
+
 type field struct {
 	name string
 	get  func(lifecycle.FunctionStatus) any
@@ -85,10 +93,11 @@ var (
 	image    = field{"image", func(s lifecycle.FunctionStatus) any { return s.Image }}
 	replicas = field{"replicas", func(s lifecycle.FunctionStatus) any { return [2]int{s.Replicas, s.DesiredReplicas} }}
 	built    = field{"build", func(s lifecycle.FunctionStatus) any {
-		return []any{s.Image, s.BuildKey, s.BuiltCodeSHA256, s.Build, s.FailedBuildKey, s.Retry}
+		return []any{s.Image, s.BuildKey, s.BuiltCodeSHA256, s.Build, s.FailedBuildKey, retryOf(s)}
 	}}
 	latch         = field{"failed build key", func(s lifecycle.FunctionStatus) any { return s.FailedBuildKey }}
-	retry         = field{"retry", func(s lifecycle.FunctionStatus) any { return s.Retry }}
+	retry         = field{"retry", func(s lifecycle.FunctionStatus) any { return retryOf(s) }}
+	buildingKey   = field{"building key", func(s lifecycle.FunctionStatus) any { return s.BuildingKey }}
 	scaleLimited  = field{"scale_limited", func(s lifecycle.FunctionStatus) any { return s.ScaleLimited }}
 	builtCond     = condition(apiv1.ConditionBuilt)
 	readyCond     = condition(apiv1.ConditionReady)
@@ -109,23 +118,32 @@ func event(k Kind, s lifecycle.FunctionStatus) (lifecycle.Event, lifecycle.Funct
 		if c == nil {
 			return nil, s, nil, fmt.Errorf("%s: no Built condition", k)
 		}
+		if s.BuildingKey == "" {
+			return nil, s, nil, fmt.Errorf("%s: no build under way (building key)", k)
+		}
 		before := s
 		before.Phase = "" // as from any other phase
-		return lifecycle.BuildStarted{CodeSHA256: strings.TrimPrefix(c.Message, "building the image of code ")}, before,
-			[]field{phase, message, builtCond, readyCond}, nil
+		return lifecycle.BuildStarted{Key: s.BuildingKey, CodeSHA256: strings.TrimPrefix(c.Message, "building the image of code ")}, before,
+			[]field{phase, message, buildingKey, builtCond, readyCond}, nil
 	case BuildPending:
 		c := apiv1.FindCondition(s.Conditions, apiv1.ConditionBuilt)
 		return lifecycle.BuildPending{Dependencies: c != nil && c.Reason == apiv1.ReasonInstallingDependencies, Reason: s.Message}, s,
 			[]field{phase, message, builtCond, readyCond}, nil
 	case BuildSucceeded:
+		if s.Image == "" || s.BuildKey == "" || s.BuildingKey != "" {
+			return nil, s, nil, fmt.Errorf("%s: image %q, build key %q, building key %q: no build succeeded", k, s.Image, s.BuildKey, s.BuildingKey)
+		}
 		var info apiv1.BuildInfo
 		if s.Build != nil {
 			info = *s.Build
 		}
 		return lifecycle.BuildSucceeded{Key: s.BuildKey, CodeSHA256: s.BuiltCodeSHA256, Image: s.Image, Info: info}, s, []field{built, builtCond}, nil
 	case BuildFailedUser:
+		if s.FailedBuildKey == "" {
+			return nil, s, nil, fmt.Errorf("%s: the failed build is not latched (no failed build key)", k)
+		}
 		return lifecycle.BuildFailed{Key: s.FailedBuildKey, Message: s.Message, User: true}, s,
-			[]field{phase, message, latch, retry, builtCond, readyCond}, nil
+			[]field{phase, message, latch, retry, buildingKey, builtCond, readyCond}, nil
 	case BuildRetrying, BuildExhausted:
 		suffix := retryingMsg
 		if k == BuildExhausted {
@@ -137,7 +155,7 @@ func event(k Kind, s lifecycle.FunctionStatus) (lifecycle.Event, lifecycle.Funct
 		}
 		before := s
 		before.Retry = &lifecycle.Retry{Key: s.Retry.Key, Attempts: s.Retry.Attempts - 1}
-		return lifecycle.BuildFailed{Key: s.Retry.Key, Message: msg}, before, []field{phase, message, retry, builtCond, readyCond}, nil
+		return lifecycle.BuildFailed{Key: s.Retry.Key, Message: msg}, before, []field{phase, message, retry, buildingKey, builtCond, readyCond}, nil
 	case Starting:
 		c := apiv1.FindCondition(s.Conditions, apiv1.ConditionReady)
 		if c == nil {

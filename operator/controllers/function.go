@@ -10,6 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"golang.org/x/time/rate"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -172,6 +173,11 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if st := fn.Status.Lifecycle(); st.Image == "" || st.BuildKey != key {
 		if !st.BuildDue(key) {
 			return ctrl.Result{}, r.writeStatus(ctx, &fn, before) // this build failed already; a new upload or spec retries
+		}
+		if wait := st.RetryWait(key, r.now()); wait > 0 {
+			// The platform failed this build a moment ago: whatever woke us (an owned object, a
+			// trigger) does not bring the next attempt forward.
+			return ctrl.Result{RequeueAfter: wait}, r.writeStatus(ctx, &fn, before)
 		}
 		res, err := r.build(ctx, &fn, before, breq, key)
 		if err != nil || res.RequeueAfter > 0 {
@@ -556,8 +562,11 @@ func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// generation too) wakes a Function, so a failed build waits out the work queue's backoff.
 		For(&slessv1.Function{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4),
-			// The retry budget of lifecycle, the same on the single host.
-			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](lifecycle.RetryBase, lifecycle.RetryMax)}).
+			// The retry backoff of lifecycle, the same on the single host, under controller-runtime's
+			// overall 10/s, burst 100 bucket.
+			RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](lifecycle.RetryBase, lifecycle.RetryMax),
+				&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)})}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&batchv1.Job{}). // deps Jobs

@@ -10,14 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,27 +24,12 @@ import (
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/fnlog"
 	"github.com/sless-dev/sless/internal/testenv"
-	"github.com/sless-dev/sless/layers"
 	"github.com/sless-dev/sless/lifecycle/lifecycletest"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/controllers"
 )
 
-func runtimeImage(t *testing.T, reg string) string {
-	t.Helper()
-	l, err := layers.FromFS(fstest.MapFS{"server.py": {Data: []byte("print('server')\n")}}, layers.WithPrefix("/app"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, _ := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), l)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	ref, _ := name.ParseReference(reg + "/sless/runtime-python3.11:latest")
-	if err := remote.Write(ref, img); err != nil {
-		t.Fatal(err)
-	}
-	d, _ := img.Digest()
-	return ref.Context().Digest(d.String()).String()
-}
+func runtimeImage(t *testing.T, reg string) string { return testenv.RuntimeImage(t, reg) }
 
 func zipBytes(files map[string]string) ([]byte, string) {
 	z := testenv.Zip(files)

@@ -23,7 +23,7 @@ const (
 
 // Lifecycle is the status as package lifecycle's state machine reads it.
 func (s *FunctionStatus) Lifecycle() lifecycle.FunctionStatus {
-	l := lifecycle.FunctionStatus{BuiltCodeSHA256: s.BuiltCodeSHA256, FailedBuildKey: s.FailedBuildKey}
+	l := lifecycle.FunctionStatus{BuiltCodeSHA256: s.BuiltCodeSHA256, FailedBuildKey: s.FailedBuildKey, BuildingKey: s.BuildingKey}
 	l.Phase, l.Image, l.URL, l.Message = s.Phase, s.Image, s.URL, s.Message
 	l.Replicas, l.DesiredReplicas = int(s.Replicas), int(s.DesiredReplicas)
 	if s.LastBuiltAt != nil {
@@ -36,6 +36,9 @@ func (s *FunctionStatus) Lifecycle() lifecycle.FunctionStatus {
 	}
 	if r := s.BuildRetry; r != nil {
 		l.Retry = &lifecycle.Retry{Key: r.Key, Attempts: int(r.Attempts)}
+		if r.NotBefore != nil {
+			l.Retry.NotBefore = r.NotBefore.Time.UTC()
+		}
 	}
 	for _, c := range s.Conditions {
 		l.Conditions = append(l.Conditions, apiv1.Condition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message,
@@ -49,7 +52,7 @@ func (s *FunctionStatus) Lifecycle() lifecycle.FunctionStatus {
 // (its conditions describe it).
 func (s *FunctionStatus) SetLifecycle(l lifecycle.FunctionStatus, generation int64) {
 	s.Phase, s.Image, s.URL, s.Message = l.Phase, l.Image, l.URL, l.Message
-	s.BuiltCodeSHA256, s.FailedBuildKey = l.BuiltCodeSHA256, l.FailedBuildKey
+	s.BuiltCodeSHA256, s.FailedBuildKey, s.BuildingKey = l.BuiltCodeSHA256, l.FailedBuildKey, l.BuildingKey
 	s.Replicas, s.DesiredReplicas = int32(l.Replicas), int32(l.DesiredReplicas)
 	s.LastBuiltAt = nil
 	if l.LastBuiltAt != nil {
@@ -66,6 +69,10 @@ func (s *FunctionStatus) SetLifecycle(l lifecycle.FunctionStatus, generation int
 	s.BuildRetry = nil
 	if r := l.Retry; r != nil {
 		s.BuildRetry = &BuildRetry{Key: r.Key, Attempts: int32(r.Attempts)}
+		if !r.NotBefore.IsZero() {
+			t := metav1.NewTime(r.NotBefore)
+			s.BuildRetry.NotBefore = &t
+		}
 	}
 	s.Conditions = nil
 	for _, c := range l.Conditions {

@@ -85,6 +85,9 @@ type BuildRetry struct {
 	Key string `json:"key"`
 	// Attempts is how many times in a row the platform failed it.
 	Attempts int32 `json:"attempts"`
+	// NotBefore is when the next attempt is due.
+	// +optional
+	NotBefore *metav1.Time `json:"notBefore,omitempty"`
 }
 
 // FunctionStatus is what the operator made of it.
@@ -114,6 +117,9 @@ type FunctionStatus struct {
 	// retried until the key changes (new code, runtime or entrypoint).
 	// +optional
 	FailedBuildKey string `json:"failedBuildKey,omitempty"`
+	// BuildingKey is the key of the build under way (started, waiting or retried).
+	// +optional
+	BuildingKey string `json:"buildingKey,omitempty"`
 	// BuildRetry counts the platform's failures in a row of the current build: it is Building while
 	// retried, Failed once the retry budget is spent (and still retried).
 	// +optional
