@@ -91,7 +91,7 @@ func (c *config) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.policyGate, "wait-for-network-policy", false, "start every pod of tenant code with --operator-image's 'sless policy-wait', so none of its code runs before its NetworkPolicy is in force (needs an enforcing NetworkPolicy implementation)")
 	fs.StringVar(&c.indexProxy, "index-proxy-listen", "", "serve the index proxy deps Jobs' installers go through (e.g. :3128, behind the sless-index-proxy Service); empty: installers reach the indexes directly")
 	fs.Var(c.runtimes, "runtime", "NAME=IMAGE@sha256:… (repeatable): runtime images by digest")
-	// Each tenant namespace's ResourceQuota (and LimitRange); ensure brings existing tenants to new values.
+	// Each tenant namespace's ResourceQuota (and LimitRange); the controller's tenant reconciler brings existing tenants to new values.
 	options.QuantityVar(fs, &c.kubeQuota.CPU, "tenant-quota-cpu", "CPU limits (and requests) a tenant namespace's pods may have in all (limits.cpu, requests.cpu)")
 	options.QuantityVar(fs, &c.kubeQuota.EphemeralStorage, "tenant-quota-ephemeral-storage", "local disk a tenant namespace's pods may request and use in all (requests.ephemeral-storage, limits.ephemeral-storage)")
 	fs.Int64Var(&c.kubeQuota.Pods, "tenant-quota-pods", c.kubeQuota.Pods, "pods a tenant namespace may have (pods)")

@@ -59,7 +59,7 @@ var allowed = map[string][]string{
 	"internal/regauth":  {},
 	"internal/registry": {"internal/regauth"},
 	"internal/ports":    {},
-	"internal/testenv":  {"api/client", "internal/ports", "internal/regauth", "internal/registry", "local/podman"},
+	"internal/testenv":  {"api/client", "internal/ports", "internal/regauth", "internal/registry", "layers", "local/podman"},
 	"internal/kubetest": {"internal/testenv", "operator/api/v1alpha1"},
 	"internal/k1n":      {"codestore", "internal/faultproxy", "internal/kubetest", "internal/regauth", "internal/testenv"},
 	"internal/depcheck": {},

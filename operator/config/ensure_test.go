@@ -2,7 +2,6 @@ package config_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,14 +9,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/sless-dev/sless/internal/kubetest"
-	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/operator/controllers"
 	"github.com/sless-dev/sless/operator/kubestore"
 	"github.com/sless-dev/sless/operator/resources"
+	"github.com/sless-dev/sless/runspec"
 )
 
 func pullConfig(auth string, functions int64) resources.TenantConfig {
@@ -26,10 +29,11 @@ func pullConfig(auth string, functions int64) resources.TenantConfig {
 }
 
 // As the operator's service account, with the install's role and admission policies: the API's
-// Ensure creates a tenant namespace, the controller's TenantReconciler provisions it and later
-// brings it up to date (new quota, rotated pull secret) without the right to read a Secret, and
-// an update of an object sless does not manage is refused by the API server, which the reconciler
-// takes as "leave it alone"; then Ensure answers.
+// Ensure creates a tenant namespace and answers once the controller's TenantReconciler (in a
+// manager, with the operator's cache) has provisioned it; a restarted controller brings it up to
+// date (new quota, rotated pull secret) without the right to read a Secret, list a quota or watch
+// a network policy, and an update of an object sless does not manage is refused by the API server,
+// which the reconciler takes as "leave it alone".
 func TestOperatorEnsuresTenantsWithItsRole(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx := context.Background()
@@ -39,22 +43,58 @@ func TestOperatorEnsuresTenantsWithItsRole(t *testing.T) {
 	}
 	op := operatorClient(t, env)
 	ns := "sless-0000000000000ab5"
+	// The controller: the TenantReconciler in a manager acting as the operator's service account,
+	// caching only tenant namespaces as the operator's manager does; restarted for each
+	// configuration, as the operator is when its flags change.
+	opConfig := operatorConfig(t, env)
+	stop := func() {}
+	defer func() { stop() }()
+	controller := func(cfg resources.TenantConfig) {
+		t.Helper()
+		stop()
+		tenants := labels.SelectorFromSet(labels.Set{runspec.LabelManagedBy: runspec.ManagedBy})
+		skip := true
+		mgr, err := ctrl.NewManager(opConfig, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+			Cache:      cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Namespace{}: {Label: tenants}}},
+			Controller: config.Controller{SkipNameValidation: &skip}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := (&controllers.TenantReconciler{Tenant: cfg}).SetupWithManager(mgr); err != nil {
+			t.Fatal(err)
+		}
+		mctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { mgr.Start(mctx); close(done) }()
+		stop = func() { cancel(); <-done }
+	}
+	// ensure is the API's: it creates the namespace and waits for the controller.
 	ensure := func(cfg resources.TenantConfig) error {
 		t.Helper()
-		b, err := kubestore.New(op, kubestore.WithTenant(cfg), kubestore.WithProvisionTimeout(200*time.Millisecond))
+		b, err := kubestore.New(op, kubestore.WithTenant(cfg))
 		if err != nil {
 			return err
 		}
-		// The API creates the namespace (or finds it) and waits for the controller; with none
-		// running here, the reconciler is called as the controller would call it.
-		if err := b.Namespaces.Ensure(ctx, ns); err != nil && !errors.As(err, new(*objects.NotReadyError)) {
-			return err
-		}
-		r := &controllers.TenantReconciler{Client: op, Tenant: cfg}
-		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: ns}}); err != nil {
-			return err
-		}
 		return b.Namespaces.Ensure(ctx, ns)
+	}
+	// provisioned waits until the running controller has brought the tenant to cfg.
+	provisioned := func(cfg resources.TenantConfig) {
+		t.Helper()
+		var obj corev1.Namespace
+		admin.Get(ctx, client.ObjectKey{Name: ns}, &obj)
+		before := obj.Annotations[resources.AnnotationProvisioned]
+		controller(cfg)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			admin.Get(ctx, client.ObjectKey{Name: ns}, &obj)
+			if a := obj.Annotations[resources.AnnotationProvisioned]; a != "" && a != before {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the controller did not provision the tenant again (annotation %q)", before)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	pullSecret := func() string {
 		t.Helper()
@@ -64,6 +104,7 @@ func TestOperatorEnsuresTenantsWithItsRole(t *testing.T) {
 		}
 		return string(s.Data[corev1.DockerConfigJsonKey])
 	}
+	controller(pullConfig("one", 0))
 	if err := ensure(pullConfig("one", 0)); err != nil {
 		t.Fatalf("the operator creating a tenant: %v", err)
 	}
@@ -90,9 +131,7 @@ func TestOperatorEnsuresTenantsWithItsRole(t *testing.T) {
 		t.Fatalf("the operator updating a Secret it does not manage: %v", err)
 	}
 
-	if err := ensure(pullConfig("two", 7)); err != nil {
-		t.Fatalf("the operator updating a tenant: %v", err)
-	}
+	provisioned(pullConfig("two", 7))
 	if got := pullSecret(); got != `{"auths":{"r":{"auth":"two"}}}` {
 		t.Errorf("pull secret not rotated: %s", got)
 	}
@@ -110,6 +149,7 @@ func TestOperatorEnsuresTenantsWithItsRole(t *testing.T) {
 	if err := admin.Create(ctx, own); err != nil {
 		t.Fatal(err)
 	}
+	provisioned(pullConfig("three", 7))
 	if err := ensure(pullConfig("three", 7)); err != nil {
 		t.Fatalf("ensure with an administrator's pull secret in place: %v", err)
 	}

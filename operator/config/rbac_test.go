@@ -159,17 +159,24 @@ func TestOperatorIdentityIsBounded(t *testing.T) {
 // client with the operator's identity.
 func operatorClient(t *testing.T, env *kubetest.Env) client.Client {
 	t.Helper()
+	op, err := client.New(operatorConfig(t, env), client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return op
+}
+
+// operatorConfig installs the operator's role and admission policies and returns a configuration
+// that acts as its service account.
+func operatorConfig(t *testing.T, env *kubetest.Env) *rest.Config {
+	t.Helper()
 	for _, f := range []string{"rbac/role.yaml", "rbac/service_account.yaml", "rbac/role_binding.yaml", "rbac/namespace_deletes.yaml", "rbac/tenant_updates.yaml"} {
 		applyFile(t, env.Client, f)
 	}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sless-system:sless-operator",
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:sless-system", "system:authenticated"}}
-	op, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return op
+	return cfg
 }
 
 func waitGone(t *testing.T, c client.Client, ns string) {

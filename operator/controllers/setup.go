@@ -135,7 +135,7 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Scaler, error) {
 	}
 	tenant := cfg.Tenant
 	tenant.OperatorNamespace = cmp.Or(tenant.OperatorNamespace, cfg.OperatorNamespace)
-	if err := (&TenantReconciler{Client: mgr.GetClient(), Tenant: tenant}).SetupWithManager(mgr); err != nil {
+	if err := (&TenantReconciler{Tenant: tenant}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	return scaler, nil

@@ -8,16 +8,17 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/sless-dev/sless/operator/resources"
@@ -33,9 +34,17 @@ import (
 // the controller starts, so new quota values or a rotated pull secret reach tenants that never
 // call ensure again.
 type TenantReconciler struct {
+	// Client reads and writes the tenant objects directly, not through the manager's cache: the
+	// operator may get and write quotas, limit ranges, network policies and secrets but not list
+	// or watch them (nor read a Secret at all). Nil: SetupWithManager makes one from the
+	// manager's configuration.
 	client.Client
 	Tenant resources.TenantConfig
 }
+
+// tenantResync is how often a tenant is provisioned again although nothing of its namespace
+// changed: a quota, limit range or network policy edited or deleted by hand comes back within it.
+const tenantResync = 10 * time.Minute
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;update
 // +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges,verbs=get;create;update;patch
@@ -56,10 +65,11 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	again := ctrl.Result{RequeueAfter: tenantResync}
 	if ns.Annotations[resources.AnnotationProvisioned] == sum {
-		return ctrl.Result{}, nil
+		return again, nil
 	}
-	return ctrl.Result{}, client.IgnoreNotFound(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return again, client.IgnoreNotFound(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var cur corev1.Namespace
 		if err := r.Get(ctx, req.NamespacedName, &cur); err != nil {
 			return err
@@ -72,10 +82,19 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}))
 }
 
-// SetupWithManager watches the namespaces sless manages.
+// SetupWithManager watches the namespaces sless manages. Four tenants are provisioned at once, so
+// that a new one is not long behind the pass over every tenant a (re)started controller makes.
 func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil {
+		c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+		if err != nil {
+			return err
+		}
+		r.Client = c
+	}
 	managed := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[runspec.LabelManagedBy] == runspec.ManagedBy })
-	return ctrl.NewControllerManagedBy(mgr).Named("tenant").For(&corev1.Namespace{}, builder.WithPredicates(managed)).Complete(r)
+	return ctrl.NewControllerManagedBy(mgr).Named("tenant").For(&corev1.Namespace{}, builder.WithPredicates(managed)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).Complete(r)
 }
 
 // pullSecretHash is the namespace annotation with the sha256 of the pull secret last written:
@@ -94,14 +113,14 @@ func ProvisionTenant(ctx context.Context, c client.Client, ns *corev1.Namespace,
 	}
 	sort.Strings(labels)
 	fmt.Fprintf(h, "labels %s\n", strings.Join(labels, ","))
-	if !hasLabels(ns, want.Labels) {
+	if !resources.HasLabels(ns, want.Labels) {
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			var cur corev1.Namespace
 			if err := c.Get(ctx, client.ObjectKeyFromObject(ns), &cur); err != nil {
 				return err
 			}
 			for k, v := range want.Labels {
-				setLabel(&cur, k, v)
+				resources.SetLabel(&cur, k, v)
 			}
 			if err := c.Update(ctx, &cur); err != nil {
 				return err
@@ -162,12 +181,12 @@ func ensureObject[T client.Object](ctx context.Context, c client.Client, want, c
 		if cur.GetLabels()[runspec.LabelManagedBy] != runspec.ManagedBy {
 			return nil // not ours (an administrator's): left as it is
 		}
-		if same(cur) && hasLabels(cur, want.GetLabels()) {
+		if same(cur) && resources.HasLabels(cur, want.GetLabels()) {
 			return nil
 		}
 		set(cur)
 		for k, v := range want.GetLabels() {
-			setLabel(cur, k, v)
+			resources.SetLabel(cur, k, v)
 		}
 		return c.Update(ctx, cur)
 	})
@@ -226,22 +245,4 @@ func secretHash(s *corev1.Secret) string {
 		fmt.Fprintf(h, "%s=%x\n", k, s.Data[k])
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-func hasLabels(o metav1.Object, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := o.GetLabels()[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
-}
-
-func setLabel(o metav1.Object, k, v string) {
-	l := o.GetLabels()
-	if l == nil {
-		l = map[string]string{}
-	}
-	l[k] = v
-	o.SetLabels(l)
 }

@@ -205,7 +205,7 @@ func TestTenantReconciler(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := (&controllers.TenantReconciler{Client: mgr.GetClient(), Tenant: cfg}).SetupWithManager(mgr); err != nil {
+		if err := (&controllers.TenantReconciler{Tenant: cfg}).SetupWithManager(mgr); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(ctx)

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/lifecycle"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -49,9 +50,9 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	before := tr.Status.DeepCopy()
-	enabled := tr.Spec.Enabled == nil || *tr.Spec.Enabled
+	wire := apiv1.Trigger{Name: tr.Name, Type: tr.Spec.Type, FunctionRef: tr.Spec.FunctionRef, Schedule: tr.Spec.Schedule, Enabled: tr.Spec.Enabled}
 	tr.Status.ObservedGeneration = tr.Generation
-	tr.Status.Active = enabled
+	tr.Status.Active = lifecycle.TriggerActive(wire, true)
 	if tr.Spec.Type == apiv1.TriggerHTTP {
 		tr.Status.URL = runspec.FunctionURL(r.PublicURL, tr.Namespace, tr.Spec.FunctionRef)
 	} else {
@@ -59,7 +60,7 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		err := r.Get(ctx, client.ObjectKey{Namespace: tr.Namespace, Name: tr.Spec.FunctionRef}, &fn)
 		switch {
 		case apierrors.IsNotFound(err) || (err == nil && fn.Status.Image == ""):
-			tr.Status.Active = false // the Function's build wakes this trigger (triggersOf)
+			tr.Status.Active = lifecycle.TriggerActive(wire, false) // the Function's build wakes this trigger (triggersOf)
 		case err != nil:
 			return ctrl.Result{}, err
 		default:

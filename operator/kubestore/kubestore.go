@@ -238,33 +238,15 @@ func ensureNamespace(ctx context.Context, c client.Client, want *corev1.Namespac
 			return fmt.Errorf("namespace %s exists and is not managed by sless (label %s=%s): %w", want.Name, runspec.LabelManagedBy, runspec.ManagedBy, objects.ErrConflict)
 		case !cur.DeletionTimestamp.IsZero():
 			return fmt.Errorf("namespace %s is being deleted; ensure it again once it is gone: %w", want.Name, objects.ErrConflict)
-		case hasLabels(&cur, want.Labels):
+		case resources.HasLabels(&cur, want.Labels):
 			return nil
 		}
 		for k, v := range want.Labels {
-			setLabel(&cur, k, v)
+			resources.SetLabel(&cur, k, v)
 		}
 		return c.Update(ctx, &cur)
 	})
 	return &cur, err
-}
-
-func hasLabels(o metav1.Object, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := o.GetLabels()[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
-}
-
-func setLabel(o metav1.Object, k, v string) {
-	l := o.GetLabels()
-	if l == nil {
-		l = map[string]string{}
-	}
-	l[k] = v
-	o.SetLabels(l)
 }
 
 func (n *namespaces) Exists(ctx context.Context, ns string) (bool, error) {
