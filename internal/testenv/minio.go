@@ -145,7 +145,10 @@ func (m *MinIOServer) run() (*exec.Cmd, func(), error) {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		resp, err := hc.Get(m.Endpoint + "/minio/health/ready")
+		// Not /minio/health/ready: it answers 200 before the object layer is up, and a request in
+		// that window gets 503 "Server not initialized" (a restarted server failed a test that way).
+		// The cluster check answers 200 only once the drives take writes.
+		resp, err := hc.Get(m.Endpoint + "/minio/health/cluster")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
