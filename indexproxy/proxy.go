@@ -15,13 +15,26 @@ import (
 	"time"
 )
 
-// Proxy forwards installers' requests to allowed hosts only.
+// Proxy forwards installers' reads to allowed hosts only.
 type Proxy struct {
 	allowed   map[string]string // host:port → "Basic …" ("" for no credentials)
 	transport *http.Transport
 	log       *slog.Logger
 	dialer    net.Dialer
+
+	// TunnelIdle ends a CONNECT tunnel in which nothing moved for that long, TunnelMax any
+	// tunnel after that long (zero: the defaults). Set before serving.
+	TunnelIdle, TunnelMax time.Duration
 }
+
+// Defaults of the proxy's limits: a package download moves data all along and ends within
+// minutes; an idle keep-alive connection is not worth a file descriptor for long.
+const (
+	DefaultTunnelIdle   = 2 * time.Minute
+	DefaultTunnelMax    = 30 * time.Minute
+	DefaultIdleTimeout  = 30 * time.Second
+	DefaultPerSourceMax = 32
+)
 
 // New allows the hosts of indexURLs (their credentials, if any, are added upstream) and the
 // extra hosts (host or host:port; https assumed without a port).
@@ -103,6 +116,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.tunnel(w, r)
 		return
 	}
+	// The credential is lent to reads only: a PUT or POST from an npm preinstall would publish a
+	// package as the platform, a TRACE could echo the header back. Nothing else is forwarded.
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		p.log.Info("index proxy: refused method", "method", r.Method, "host", r.URL.Host)
+		w.Header().Set("Allow", "GET, HEAD, CONNECT")
+		http.Error(w, "sless index proxy: "+r.Method+" is refused: installers may only read the package indexes (GET, HEAD)", http.StatusMethodNotAllowed)
+		return
+	}
 	if !r.URL.IsAbs() || r.URL.Scheme != "http" {
 		http.Error(w, "sless index proxy: only absolute http:// requests and CONNECT", http.StatusBadRequest)
 		return
@@ -169,6 +190,11 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	var once sync.Once
 	closeBoth := func() { once.Do(func() { conn.Close(); up.Close() }) }
+	// A tunnel lives at most TunnelMax, and ends when neither side sent anything for TunnelIdle:
+	// an install cannot hold connections (and the proxy's file descriptors) open for ever.
+	end := time.AfterFunc(p.limit(p.TunnelMax, DefaultTunnelMax), closeBoth)
+	defer end.Stop()
+	idle := p.limit(p.TunnelIdle, DefaultTunnelIdle)
 	go func() {
 		defer closeBoth()
 		if n := buf.Reader.Buffered(); n > 0 { // bytes the client sent after its CONNECT
@@ -177,10 +203,38 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		io.Copy(up, conn)
+		copyIdle(up, conn, idle, conn, up)
 	}()
-	io.Copy(conn, up)
+	copyIdle(conn, up, idle, conn, up)
 	closeBoth()
+}
+
+// copyIdle copies src to dst until either ends or nothing moved in either direction for idle
+// (each read pushes both connections' deadlines on).
+func copyIdle(dst io.Writer, src net.Conn, idle time.Duration, both ...net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		for _, c := range both {
+			c.SetDeadline(time.Now().Add(idle))
+		}
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// limit is v, or def when v is unset.
+func (p *Proxy) limit(v, def time.Duration) time.Duration {
+	if v > 0 {
+		return v
+	}
+	return def
 }
 
 // Server is a running proxy.
@@ -189,15 +243,63 @@ type Server struct {
 	ln  net.Listener
 }
 
-// Listen serves p on addr ("10.89.3.129:0") until Close.
+// Listen serves p on addr ("10.89.3.129:0") until Close. One source address (an install's
+// container or pod) may hold DefaultPerSourceMax connections at once; more are closed at once.
 func Listen(addr string, p *Proxy) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("index proxy: %w", err)
 	}
-	s := &Server{ln: ln, srv: &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}}
+	ln = &perSource{Listener: ln, max: DefaultPerSourceMax, open: map[string]int{}, log: p.log}
+	s := &Server{ln: ln, srv: &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: DefaultIdleTimeout}}
 	go s.srv.Serve(ln)
 	return s, nil
+}
+
+// perSource caps the connections one remote address holds at once.
+type perSource struct {
+	net.Listener
+	max  int
+	log  *slog.Logger
+	mu   sync.Mutex
+	open map[string]int
+}
+
+func (l *perSource) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		l.mu.Lock()
+		if l.open[host] >= l.max {
+			l.mu.Unlock()
+			l.log.Info("index proxy: refused a connection: too many from one source", "source", host, "max", l.max)
+			c.Close()
+			continue
+		}
+		l.open[host]++
+		l.mu.Unlock()
+		return &counted{Conn: c, release: func() {
+			l.mu.Lock()
+			if l.open[host]--; l.open[host] <= 0 {
+				delete(l.open, host)
+			}
+			l.mu.Unlock()
+		}}, nil
+	}
+}
+
+type counted struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *counted) Close() error {
+	c.once.Do(c.release)
+	return c.Conn.Close()
 }
 
 // Addr is the listener's host:port.

@@ -1,13 +1,21 @@
 package indexproxy_test
 
 import (
+	"bufio"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/sless-dev/sless/indexproxy"
 )
@@ -87,4 +95,137 @@ func TestProxyRefusesBadIndexURLs(t *testing.T) {
 			t.Errorf("%q accepted", u)
 		}
 	}
+}
+
+// The credential is lent to reads only: every other method is 405 and nothing reaches the index.
+func TestProxyLendsItsCredentialToReadsOnly(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string // method and Authorization of every request the index got
+	index := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		io.WriteString(w, "ok")
+	}))
+	defer index.Close()
+	p, err := indexproxy.New([]string{strings.Replace(index.URL, "http://", "http://ix:s3cret@", 1)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := indexproxy.Listen("127.0.0.1:0", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	proxyURL, _ := url.Parse("http://" + srv.Addr())
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+	for _, m := range []string{"PUT", "POST", "DELETE", "PATCH", "TRACE", "OPTIONS"} {
+		req, _ := http.NewRequest(m, index.URL+"/evil-package", strings.NewReader(`{"name":"evil"}`))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || strings.Contains(string(b), "s3cret") || strings.Contains(string(b), "aXg6") {
+			t.Errorf("%s through the proxy: %d %s, want 405", m, resp.StatusCode, b)
+		}
+	}
+	mu.Lock()
+	if len(seen) != 0 {
+		t.Errorf("the index got %v, want nothing", seen)
+	}
+	mu.Unlock()
+	for _, m := range []string{"GET", "HEAD"} {
+		req, _ := http.NewRequest(m, index.URL+"/packages/x-1.0.tgz", nil) // outside any /simple/ path
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("%s: %d", m, resp.StatusCode)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"GET Basic aXg6czNjcmV0", "HEAD Basic aXg6czNjcmV0"}; !slices.Equal(seen, want) {
+		t.Errorf("the index got %v, want %v", seen, want)
+	}
+}
+
+// One source cannot hold more than DefaultPerSourceMax connections, and an idle tunnel ends.
+func TestProxyBoundsConnections(t *testing.T) {
+	upstream, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer upstream.Close()
+	go func() {
+		for {
+			c, err := upstream.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(io.Discard, c)
+		}
+	}()
+	p, err := indexproxy.New(nil, []string{upstream.Addr().String()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.TunnelIdle = 2 * time.Second // longer than opening the tunnels below takes
+	srv, err := indexproxy.Listen("127.0.0.1:0", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+
+	tunnel := func() (net.Conn, error) {
+		c, err := net.Dial("tcp", srv.Addr())
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", upstream.Addr(), upstream.Addr())
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		if resp.StatusCode != 200 {
+			c.Close()
+			return nil, fmt.Errorf("CONNECT: %d", resp.StatusCode)
+		}
+		c.SetReadDeadline(time.Time{})
+		return c, nil
+	}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range indexproxy.DefaultPerSourceMax {
+		c, err := tunnel()
+		if err != nil {
+			t.Fatalf("tunnel %d: %v", len(held), err)
+		}
+		held = append(held, c)
+	}
+	if c, err := tunnel(); err == nil {
+		c.Close()
+		t.Errorf("tunnel %d opened, want the source capped at %d", len(held)+1, indexproxy.DefaultPerSourceMax)
+	}
+	// Idle for longer than TunnelIdle: the proxy closes the tunnels, and the source may connect again.
+	held[0].SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := held[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("an idle tunnel still open after 10 s: %v", err)
+	}
+	// The slot is released before the tunnel's connection is closed: the EOF above means it is free.
+	c, err := tunnel()
+	if err != nil {
+		t.Fatalf("no tunnel after an idle one ended: %v", err)
+	}
+	c.Close()
 }

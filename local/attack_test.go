@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,13 +51,73 @@ exports.handle = async (event) => {
 };
 `
 
+// pyProbe6 connects to every IPv6 "addr%zone:port" of ?t=JSON and answers "reached" or
+// "unreachable: …" for each, and its own /proc/net/if_inet6 (empty: IPv6 is off in it).
+const pyProbe6 = `import json, socket
+def probe(hp):
+    host, port = hp.rsplit(':', 1)
+    addr, _, zone = host.partition('%')
+    try:
+        s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        s.settimeout(1.5)
+        s.connect((addr, int(port), 0, socket.if_nametoindex(zone) if zone else 0))
+        s.close()
+        return 'reached'
+    except Exception as e:
+        return 'unreachable: ' + type(e).__name__
+def handle(event):
+    out = {k: probe(v) for k, v in json.loads(event['query']['t'][0]).items()}
+    out['if_inet6'] = open('/proc/net/if_inet6').read()
+    return out
+`
+
+// eui64 is the IPv6 link-local address the kernel derives from mac (what an interface with IPv6
+// on has, and an attacker computes).
+func eui64(t *testing.T, mac string) string {
+	hw, err := net.ParseMAC(mac)
+	if err != nil || len(hw) != 6 {
+		t.Fatalf("MAC %q: %v", mac, err)
+	}
+	return fmt.Sprintf("fe80::%02x%02x:%02xff:fe%02x:%02x%02x", hw[0]^2, hw[1], hw[2], hw[3], hw[4], hw[5])
+}
+
+// v6Targets are the IPv6 ways to the host canary and the victim an attacker in a container of
+// the instance tries: the bridges' link-local addresses (from their MACs, whether configured or
+// not), the victim's, and the host's global addresses.
+func v6Targets(t *testing.T, subnet netip.Prefix, victimMAC string, canaryPort int) map[string]string {
+	t.Helper()
+	targets := map[string]string{"victim_link_local": eui64(t, victimMAC) + "%eth0:8080"}
+	fnGW, depsGW := subnet.Addr().Next(), subnet.Addr()
+	for range 129 {
+		depsGW = depsGW.Next()
+	}
+	for name, gw := range map[string]netip.Addr{"bridge": fnGW, "deps_bridge": depsGW} {
+		g := gw.As4()
+		mac := fmt.Sprintf("02:5e:%02x:%02x:%02x:%02x", g[0], g[1], g[2], g[3]) // network.Net's
+		targets[name+"_link_local"] = fmt.Sprintf("%s%%eth0:%d", eui64(t, mac), canaryPort)
+	}
+	out, err := exec.Command("ip", "-6", "-o", "addr", "show", "scope", "global").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 4 {
+			if p, err := netip.ParsePrefix(f[3]); err == nil {
+				targets[fmt.Sprintf("host_v6_%d", i)] = fmt.Sprintf("%s:%d", p.Addr(), canaryPort)
+			}
+		}
+	}
+	return targets
+}
+
 // TestContainment runs the attacks of a tenant's code on the single host: from a python and a
 // node function, from a job and from a dependency install. Every attempt on the host, another
 // tenant or the metadata stand-in fails; the outside stays reachable.
 func TestContainment(t *testing.T) {
 	outside := testenv.StartOutside(t)
-	// The canary: a host service on every address (0.0.0.0).
-	canaryLn, err := net.Listen("tcp", "0.0.0.0:0")
+	// The canary: a host service on every address, IPv4 and IPv6 ([::], as Go, sshd and a
+	// kubelet listen).
+	canaryLn, err := net.Listen("tcp", ":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +129,13 @@ func TestContainment(t *testing.T) {
 	// A package registry on the host's loopback that wants a credential only sless up holds.
 	const secret = "TOPSECRET-index-credential"
 	var registryAuthed atomic.Int64
+	var registryMu sync.Mutex
+	var registryMethods []string // of the requests that carried the credential
 	reg := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if u, p, ok := r.BasicAuth(); ok && u == "ci" && p == secret {
+			registryMu.Lock()
+			registryMethods = append(registryMethods, r.Method)
+			registryMu.Unlock()
 			registryAuthed.Add(1)
 			fmt.Fprint(w, "{}")
 			return
@@ -125,6 +191,20 @@ func TestContainment(t *testing.T) {
 	podman := testenv.NewPodman(t)
 	vname := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "ps", "--filter", "label=sless.dev/namespace="+victim.Namespace(), "--format", "{{.Names}}"))))
 	victimIP := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "inspect", vname, "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}"))))
+	victimMAC := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "inspect", vname, "--format", "{{range .NetworkSettings.Networks}}{{.MacAddress}}{{end}}"))))
+	targets6 := v6Targets(t, subnet, victimMAC, canaryPort)
+	t6, _ := json.Marshal(targets6)
+	check6 := func(t *testing.T, what string, got map[string]any) {
+		t.Helper()
+		for k := range targets6 {
+			if v, _ := got[k].(string); !strings.HasPrefix(v, "unreachable") {
+				t.Errorf("%s → %s over IPv6 (%s): %v, want unreachable", what, k, targets6[k], got[k])
+			}
+		}
+		if got["if_inet6"] != "" {
+			t.Errorf("%s has IPv6 addresses: %q", what, got["if_inet6"])
+		}
+	}
 
 	_, apiPort, _ := net.SplitHostPort(u.Listen)
 	_, regPort, _ := net.SplitHostPort(u.RegAddr)
@@ -171,6 +251,21 @@ func TestContainment(t *testing.T) {
 			check(t, rt.runtime+" function", got)
 		})
 	}
+	t.Run("over IPv6 from a function", func(t *testing.T) {
+		u.deploy(t, "v6probe", "python3.11", map[string]string{"handler.py": pyProbe6})
+		code, body := u.get("/fn/" + u.c.Namespace() + "/v6probe?t=" + url.QueryEscape(string(t6)))
+		var got map[string]any
+		if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil {
+			t.Fatalf("%d %s", code, body)
+		}
+		check6(t, "a function", got)
+		// node's server listens on :: (no HOST): with IPv6 off it still serves (IPv4 through the
+		// dual-stack socket), as the node probe above did.
+		js := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "ps", "--filter", "label=sless.dev/function=jsprobe", "--format", "{{.Names}}"))))
+		if tcp6 := string(mustOutput(t, podman.Command(ctx, "exec", js, "cat", "/proc/net/tcp6"))); !strings.Contains(tcp6, ":1F90 00000000000000000000000000000000:0000 0A") {
+			t.Errorf("the node function's server is not on [::]:8080:\n%s", tcp6)
+		}
+	})
 
 	t.Run("from a job", func(t *testing.T) {
 		ev, _ := json.Marshal(map[string]any{"targets": targets})
@@ -225,9 +320,28 @@ func TestContainment(t *testing.T) {
 	})
 
 	t.Run("from a dependency install", func(t *testing.T) {
-		pkg := testenv.DepsAttackPackage(probes, secret, "http://"+regLn.Addr().String()+"/", fmt.Sprintf("http://127.0.0.1:%d/", canaryPort))
+		pkg := testenv.DepsAttackPackage(probes, targets6, secret, "http://"+regLn.Addr().String()+"/", fmt.Sprintf("http://127.0.0.1:%d/", canaryPort))
 		f := u.deploy(t, "jsdeps", "nodejs20", map[string]string{"handler.js": "exports.handle = async () => 1\n", "package.json": pkg})
 		checkInstall(t, f, registryAuthed.Load)
+		got, _ := testenv.DepsAttackResult(f.Status.Message)
+		v6 := map[string]any{"if_inet6": got["if_inet6"]}
+		for k := range targets6 {
+			v6[k] = got["v6_"+k]
+		}
+		check6(t, "an install", v6)
+		// The proxy lends its credential to reads only: a write is 405 and never reaches the registry.
+		for _, m := range []string{"put", "post", "delete", "trace"} {
+			if got["proxy_"+m] != float64(http.StatusMethodNotAllowed) {
+				t.Errorf("%s through the index proxy: %v, want 405", strings.ToUpper(m), got["proxy_"+m])
+			}
+		}
+		registryMu.Lock()
+		defer registryMu.Unlock()
+		for _, m := range registryMethods {
+			if m != "GET" && m != "HEAD" {
+				t.Errorf("the registry got a %s (with the index credential)", m)
+			}
+		}
 	})
 
 	// Each tenant's processes run as host users of its own range: one tenant's count against no

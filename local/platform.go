@@ -19,6 +19,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/autoscale"
@@ -62,6 +64,14 @@ type Config struct {
 	IndexHosts []string
 	// Subnet is the instance's /24 for its networks (local/network); zero picks a free one.
 	Subnet netip.Prefix
+	// EgressAllow are destinations functions, jobs and cron runs may reach although they are
+	// not "the outside" (private ranges, a LAN database); installs never get them.
+	EgressAllow []network.Allow
+	// ConnRate and ConnMax cap each container's new connections per second and connections at
+	// once (zero: network.DefaultConnRate, DefaultConnMax).
+	ConnRate, ConnMax int
+	// GuardInterval is how often the network confinement is checked and restored (default 2 s).
+	GuardInterval time.Duration
 	// ObserveBuild hears every finished build, for metrics (build.Metrics.Observe).
 	ObserveBuild func(build.Observation)
 	// Logger receives the platform's log (default: none); Progress the slow first-start steps
@@ -108,6 +118,9 @@ type Platform struct {
 	run      *runner.Runner
 	ctrl     *controller
 
+	stopGuard context.CancelFunc
+	restored  *prometheus.CounterVec
+
 	ready    atomic.Bool
 	readyErr atomic.Value // string
 }
@@ -138,7 +151,9 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, err
 	}
-	p := &Platform{cfg: cfg, instance: instanceID(cfg.DataDir), log: cfg.Logger}
+	p := &Platform{cfg: cfg, instance: instanceID(cfg.DataDir), log: cfg.Logger,
+		restored: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sless_confinement_restored_total",
+			Help: "Parts of the network confinement found missing or changed and put back (part: bridge, br_netfilter, ipv6, iptables, ip6tables)."}, []string{"part"})}
 	p.readyErr.Store("installing runtime images")
 	p.ctrl = newController(p)
 	if p.ctrl.scaler, err = newAutoscaler(p.ctrl, cfg.Autoscale, cmp.Or(cfg.AutoscaleTick, time.Second)); err != nil {
@@ -165,12 +180,20 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	if p.proxy, err = indexproxy.Listen(netip.AddrPortFrom(p.nets.Deps.Gateway, 0).String(), ix); err != nil {
 		return fail(err)
 	}
-	if err := p.nets.Confine(ctx, p.proxyPort()); err != nil {
+	p.nets.OnRestore = p.confinementRestored
+	if err := p.nets.Confine(ctx, network.Policy{ProxyPort: p.proxyPort(), Allow: cfg.EgressAllow,
+		Nameservers: network.HostNameservers("/etc/resolv.conf"), ConnRate: cfg.ConnRate, ConnMax: cfg.ConnMax}); err != nil {
 		return fail(err)
 	}
+	guardCtx, stopGuard := context.WithCancel(context.Background())
+	p.stopGuard = stopGuard
+	go p.nets.Guard(guardCtx, cmp.Or(cfg.GuardInterval, 2*time.Second), func(err error) {
+		p.log.Error("the network confinement could not be checked or restored; no container starts until it is", "err", err)
+	})
 	if p.pm, err = podman.New(cfg.DataDir, cfg.PodmanRoot, network.ConfDir(cfg.DataDir)); err != nil {
 		return fail(err)
 	}
+	p.pm.Gate(p.nets.Ensure)
 	p.run = runner.New(p.pm, p.instance, cfg.DataDir, p.nets.Functions.Name)
 	p.run.SetLimits(runner.Limits{MemoryMB: cfg.Quota.MemoryMB, Runs: cfg.Quota.Runs})
 	p.run.SetAddresses(func(id string) (netip.Addr, bool) { return p.nets.Address(p.nets.Functions, id) })
@@ -196,6 +219,14 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 		return fail(err)
 	}
 	return p, nil
+}
+
+// Collectors are the platform's own metrics, for the API's /metrics.
+func (p *Platform) Collectors() []prometheus.Collector { return []prometheus.Collector{p.restored} }
+
+func (p *Platform) confinementRestored(r network.Restored) {
+	p.log.Warn("network confinement restored: it was missing or changed", "part", r.Part, "detail", r.Detail)
+	p.restored.WithLabelValues(r.Part).Inc()
 }
 
 // Backend is what the API serves from.
@@ -280,6 +311,9 @@ func (p *Platform) Run(ctx context.Context) error {
 
 // Close releases the state file and stops the registry (call after Run returns).
 func (p *Platform) Close() error {
+	if p.stopGuard != nil {
+		p.stopGuard()
+	}
 	var errs []error
 	if p.reg != nil {
 		errs = append(errs, p.reg.Close())

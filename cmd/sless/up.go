@@ -26,6 +26,7 @@ import (
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/cmd/internal/options"
 	"github.com/sless-dev/sless/local"
+	"github.com/sless-dev/sless/local/network"
 	"github.com/sless-dev/sless/local/runtimeimages"
 )
 
@@ -57,7 +58,10 @@ type upConfig struct {
 	dataDir, regListen, podmanRoot, basesDir, basesScript string
 	depsCA, subnetFlag                                    string
 	subnet                                                netip.Prefix
-	runs                                                  int
+	egressAllowFlags                                      []string
+	egressAllow                                           []network.Allow
+	runs, connRate, connMax                               int
+	guardEvery                                            time.Duration
 	testClock, quiet                                      bool
 }
 
@@ -78,6 +82,10 @@ func (c *upConfig) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.basesScript, "bases-script", "hack/build-bases.sh", "script that builds missing bases ('' to never build)")
 	fs.StringVar(&c.depsCA, "deps-ca-file", defaultCAFile(), "CA bundle for dependency installs ('' for the runtime image's own)")
 	fs.StringVar(&c.subnetFlag, "subnet", "", "the instance's IPv4 /24 for its own container networks (default: a free one in 10.89.0.0/16; never podman's 10.88.0.0/16)")
+	fs.StringArrayVar(&c.egressAllowFlags, "egress-allow", nil, "CIDR:PORT (or CIDR:*) functions, jobs and cron runs may reach although it is not the outside (a private range, a LAN database); repeatable")
+	fs.IntVar(&c.connRate, "egress-conn-rate", network.DefaultConnRate, "new connections per second one tenant container may open (burst twice that)")
+	fs.IntVar(&c.connMax, "egress-conn-max", network.DefaultConnMax, "connections one tenant container may have tracked at once")
+	fs.DurationVar(&c.guardEvery, "confinement-check-interval", 2*time.Second, "how often the network confinement (chains, jumps, br_netfilter, IPv6 off on the bridges) is checked and restored; a container start also checks it first")
 	fs.IntVar(&c.runs, "tenant-quota-runs", defaultQuotaRuns, "job and cron runs a namespace may have going at once; one beyond waits (0: no cap)")
 	fs.BoolVar(&c.testClock, "test-clock", false, "cron follows a manual clock set with POST /debug/clock?time=RFC3339 (tests only)")
 	fs.BoolVar(&c.quiet, "quiet", false, "no request log on stderr")
@@ -99,6 +107,19 @@ func (c *upConfig) complete() error {
 			return usageError{fmt.Sprintf("--subnet: %v", err)}
 		}
 		c.subnet = p
+	}
+	for _, f := range c.egressAllowFlags {
+		a, err := network.ParseAllow(f)
+		if err != nil {
+			return usageError{"--" + err.Error()}
+		}
+		c.egressAllow = append(c.egressAllow, a)
+	}
+	if c.guardEvery <= 0 {
+		return usageError{"--confinement-check-interval must be positive"}
+	}
+	if c.connRate <= 0 || c.connMax <= 0 {
+		return usageError{"--egress-conn-rate and --egress-conn-max must be positive"}
 	}
 	if err := c.auth.Validate(); err != nil {
 		return usageError{err.Error()}
@@ -168,6 +189,7 @@ func runUp(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error {
 	p, err := local.Open(ctx, local.Config{DataDir: c.dataDir, RegistryListen: c.regListen, PodmanRoot: c.podmanRoot,
 		BasesDir: c.basesDir, Clock: clock, Logger: logger, Progress: stderr,
 		PipIndexURL: c.indexes.PipIndexURL, NPMRegistry: c.indexes.NPMRegistry, DepsCAFile: c.depsCA, Subnet: c.subnet, IndexHosts: c.indexes.Hosts,
+		EgressAllow: c.egressAllow, ConnRate: c.connRate, ConnMax: c.connMax, GuardInterval: c.guardEvery,
 		Quota: c.localQuota(), Autoscale: c.autoscale.DeciderOptions(), ObserveBuild: builds.Observe})
 	if err != nil {
 		return err
@@ -178,6 +200,7 @@ func runUp(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error {
 		return err
 	}
 	srv.Metrics().MustRegister(builds)
+	srv.Metrics().MustRegister(p.Collectors()...)
 	p.UseLoads(srv.Activator().Loads)
 	var handler http.Handler = srv.Handler()
 	if manual != nil {

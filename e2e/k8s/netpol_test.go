@@ -225,7 +225,7 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 			"operator_pod": "http://" + apiIP + ":8080/healthz", "victim_pod": "http://" + victimIP + ":8080/",
 			"kubelet": "http://" + k1n.NodeIP + ":10250/", "npm_direct": cluster.NPM.URL + "/leftpad-sless",
 		}
-		pkg := testenv.DepsAttackPackage(probes, cluster.NPMSecret, cluster.NPM.URL+"/leftpad-sless", cluster.S3Endpoint+"/")
+		pkg := testenv.DepsAttackPackage(probes, nil, cluster.NPMSecret, cluster.NPM.URL+"/leftpad-sless", cluster.S3Endpoint+"/")
 		f := deployUntil(t, attacker, "jsdeps", "nodejs20", map[string]string{"handler.js": "exports.handle = async () => 1\n", "package.json": pkg}, apiv1.PhaseFailed)
 		checkInstall(t, f, probes)
 	})
@@ -265,5 +265,11 @@ func checkInstall(t *testing.T, f *apiv1.Function, probes map[string]string) {
 	// 200 only with the credential, which the proxy adds.
 	if got["proxy_registry"] != float64(200) || got["proxy_other"] != float64(403) {
 		t.Errorf("through the index proxy: the registry %v (want 200), another host %v (want 403)", got["proxy_registry"], got["proxy_other"])
+	}
+	// The npm attack also tries to write through it (the pip one does not): refused, not forwarded.
+	for _, m := range []string{"put", "post", "delete", "trace"} {
+		if v, ok := got["proxy_"+m]; ok && v != float64(405) {
+			t.Errorf("%s through the index proxy: %v, want 405", strings.ToUpper(m), v)
+		}
 	}
 }

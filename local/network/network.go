@@ -11,8 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"sync"
 )
 
 // DefaultPool is where an instance's /24 is picked from.
@@ -33,6 +33,17 @@ type Networks struct {
 	confDir         string
 	chain           string
 	subnet          netip.Prefix // both networks: the /24 the chain guards
+
+	// OnRestore hears every part of the confinement Ensure found missing and put back.
+	OnRestore func(Restored)
+
+	amu      sync.Mutex // one check at a time
+	confined bool       // Confine ran
+	policy   Policy
+	applied  [2][]string // what iptables-save, ip6tables-save showed of the instance after the last switch
+	wanted   [2]string   // what was rendered for it
+	gmu      sync.Mutex
+	pending  *flight // the next check, not yet started: callers of Ensure join it
 }
 
 // ConfDir is podman's network_config_dir for this instance (containers.conf [network]).
@@ -193,113 +204,59 @@ func (n Net) conflist(ipamDir string) ([]byte, error) {
 }
 
 // Create writes both networks' CNI configuration and brings their bridges up with the gateway
-// addresses (before any container: the index proxy listens on the deps gateway). It makes
-// bridged traffic pass iptables (br_netfilter), without which containers on one bridge would
-// reach each other.
+// addresses (before any container: the index proxy listens on the deps gateway), IPv6 off on
+// them. It makes bridged traffic pass iptables and ip6tables (br_netfilter), without which
+// containers on one bridge would reach each other.
 func (n *Networks) Create(ctx context.Context) error {
-	if err := bridgeNetfilter(); err != nil {
+	for _, net := range []Net{n.Functions, n.Deps} {
+		if err := n.createBridge(ctx, net); err != nil {
+			return err
+		}
+	}
+	for _, k := range n.knobs() {
+		if _, err := setKnob(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (n *Networks) createBridge(ctx context.Context, net Net) error {
+	b, err := net.conflist(filepath.Join(n.confDir, "ipam"))
+	if err != nil {
 		return err
 	}
-	for _, net := range []Net{n.Functions, n.Deps} {
-		b, err := net.conflist(filepath.Join(n.confDir, "ipam"))
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(n.confDir, net.Name+".conflist"), b, 0o600); err != nil {
-			return err
-		}
-		if err := run(ctx, "ip", "link", "show", net.Bridge); err != nil {
-			if err := run(ctx, "ip", "link", "add", "name", net.Bridge, "type", "bridge"); err != nil {
-				return err
-			}
-		}
-		addr := netip.PrefixFrom(net.Gateway, net.Subnet.Bits()).String()
-		if out, _ := exec.CommandContext(ctx, "ip", "-4", "-o", "addr", "show", "dev", net.Bridge).Output(); !bytes.Contains(out, []byte(" "+addr+" ")) {
-			if err := run(ctx, "ip", "addr", "add", addr, "dev", net.Bridge); err != nil {
-				return err
-			}
-		}
-		// A bridge without an address of its own takes the lowest of its ports' and changes it
-		// as containers come and go: the containers' ARP entries for the gateway then name a MAC
-		// the bridge no longer answers to, and replies to the host (/fn/'s answers) are lost
-		// until the entries expire, tens of seconds. Set, the address stays.
-		if err := run(ctx, "ip", "link", "set", "dev", net.Bridge, "address", net.mac()); err != nil {
-			return err
-		}
-		if err := run(ctx, "ip", "link", "set", net.Bridge, "up"); err != nil {
+	if err := os.WriteFile(filepath.Join(n.confDir, net.Name+".conflist"), b, 0o600); err != nil {
+		return err
+	}
+	if err := run(ctx, "ip", "link", "show", net.Bridge); err != nil {
+		if err := run(ctx, "ip", "link", "add", "name", net.Bridge, "type", "bridge"); err != nil {
 			return err
 		}
 	}
-	return nil
-}
-
-func bridgeNetfilter() error {
-	const knob = "/proc/sys/net/bridge/bridge-nf-call-iptables"
-	if _, err := os.Stat(knob); err != nil {
-		exec.Command("modprobe", "br_netfilter").Run()
+	// Before the link is up: an IPv6 link-local address is never configured.
+	if _, err := setKnob(knob{"ipv6", "/proc/sys/net/ipv6/conf/" + net.Bridge + "/disable_ipv6", "1"}); err != nil {
+		return err
 	}
-	b, err := os.ReadFile(knob)
-	if err != nil {
-		return fmt.Errorf("network: br_netfilter is needed to keep containers on one bridge apart (modprobe br_netfilter): %w", err)
-	}
-	if strings.TrimSpace(string(b)) != "1" {
-		return os.WriteFile(knob, []byte("1"), 0o644)
-	}
-	return nil
-}
-
-// Confine installs (or refreshes) the instance's chain in mangle PREROUTING, where nothing of
-// kube-proxy's or CNI's can accept a packet first and DNAT (a NodePort, a published port) has
-// not yet hidden that it was addressed to the host. Only new connections are judged: replies to
-// what the host opened (/fn/ → a function) pass. proxyPort is the index proxy's port on the deps
-// gateway, the one host service installs may reach.
-func (n *Networks) Confine(ctx context.Context, proxyPort int) error {
-	ipt := func(args ...string) error {
-		return run(ctx, "iptables", append([]string{"-w", "-t", "mangle"}, args...)...)
-	}
-	if ipt("-N", n.chain) != nil {
-		if err := ipt("-F", n.chain); err != nil {
+	addr := netip.PrefixFrom(net.Gateway, net.Subnet.Bits()).String()
+	if out, _ := exec.CommandContext(ctx, "ip", "-4", "-o", "addr", "show", "dev", net.Bridge).Output(); !bytes.Contains(out, []byte(" "+addr+" ")) {
+		if err := run(ctx, "ip", "addr", "add", addr, "dev", net.Bridge); err != nil {
 			return err
 		}
 	}
-	drop := func(args ...string) []string { return append(args, "-j", "DROP") }
-	rules := [][]string{
-		{"-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"},
+	// A bridge without an address of its own takes the lowest of its ports' and changes it
+	// as containers come and go: the containers' ARP entries for the gateway then name a MAC
+	// the bridge no longer answers to, and replies to the host (/fn/'s answers) are lost
+	// until the entries expire, tens of seconds. Set, the address stays.
+	if err := run(ctx, "ip", "link", "set", "dev", net.Bridge, "address", net.mac()); err != nil {
+		return err
 	}
-	if proxyPort > 0 {
-		rules = append(rules, []string{"-s", n.Deps.Subnet.String(), "-d", n.Deps.Gateway.String(), "-p", "tcp", "--dport", strconv.Itoa(proxyPort), "-j", "RETURN"})
-	}
-	rules = append(rules,
-		drop("-m", "addrtype", "--dst-type", "LOCAL"),     // any address of the host
-		drop("-d", n.subnet.String()),                     // another container, either network
-		drop("-d", "169.254.0.0/16"),                      // link-local: cloud metadata
-		drop("-s", n.Deps.Subnet.String()),                // installs: nothing but the proxy
-		drop("-d", "224.0.0.0/4"),                         // multicast
-		drop("-m", "addrtype", "--dst-type", "BROADCAST"), // nor the bridge's broadcast
-	)
-	for _, r := range rules {
-		if err := ipt(append([]string{"-A", n.chain}, r...)...); err != nil {
-			return err
-		}
-	}
-	jump := []string{"PREROUTING", "-s", n.subnet.String(), "-j", n.chain}
-	if ipt(append([]string{"-C"}, jump...)...) != nil {
-		return ipt(append([]string{"-I", jump[0], "1"}, jump[1:]...)...)
-	}
-	return nil
+	return run(ctx, "ip", "link", "set", net.Bridge, "up")
 }
 
 // Remove undoes Create and Confine: the chain, the bridges, the configuration.
 func (n *Networks) Remove(ctx context.Context) error {
-	ipt := func(args ...string) error {
-		return run(ctx, "iptables", append([]string{"-w", "-t", "mangle"}, args...)...)
-	}
-	for ipt("-D", "PREROUTING", "-s", n.subnet.String(), "-j", n.chain) == nil {
-	}
-	var errs []error
-	if ipt("-L", n.chain, "-n") == nil {
-		errs = append(errs, ipt("-F", n.chain), ipt("-X", n.chain))
-	}
+	errs := []error{n.removeChains(ctx, ipv4), n.removeChains(ctx, ipv6)}
 	for _, net := range []Net{n.Functions, n.Deps} {
 		if run(ctx, "ip", "link", "show", net.Bridge) == nil {
 			errs = append(errs, run(ctx, "ip", "link", "del", net.Bridge))

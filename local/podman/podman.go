@@ -32,6 +32,12 @@ func GlobalFlags(storageRoot string) []string {
 // Ulimits are explicit because runc cannot raise nproc here.
 var Ulimits = []string{"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"}
 
+// NoIPv6 turns IPv6 off in a tenant container's network namespace: no link-local address of its
+// own, none of the host's or another container's to reach (a socket bound to :: still takes
+// IPv4). The container cannot turn it on again: /proc/sys is read-only to it and it has no
+// CAP_NET_ADMIN.
+var NoIPv6 = []string{"--sysctl", "net.ipv6.conf.all.disable_ipv6=1", "--sysctl", "net.ipv6.conf.default.disable_ipv6=1"}
+
 // RunFlags are what `podman run` of the project's own (trusted) containers needs here — tests,
 // benchmarks: host networking (publishing ports does not forward on these machines) and Ulimits.
 // Tenant code runs on a network of its own instead (Spec.Network).
@@ -42,7 +48,12 @@ type Client struct {
 	bin    string
 	global []string
 	env    []string
+	gate   func(context.Context) error
 }
+
+// Gate makes every `podman run` and `podman start` wait for check first and fail with its error:
+// the network confinement must be in place before any tenant code runs (network.Ensure).
+func (c *Client) Gate(check func(context.Context) error) { c.gate = check }
 
 // New finds podman and writes ContainersConf into confDir; networkConfigDir, when set, is where
 // podman finds the CNI networks (network_config_dir), instead of the machine's /etc/cni/net.d.
@@ -92,6 +103,11 @@ func (e *ExitError) PodmanFailed() bool { return e.Code >= 125 && e.Code <= 127 
 
 // Run runs one podman command and returns its stdout; a non-zero exit is an *ExitError.
 func (c *Client) Run(ctx context.Context, args ...string) (string, error) {
+	if c.gate != nil && len(args) > 0 && (args[0] == "run" || args[0] == "start") {
+		if err := c.gate(ctx); err != nil {
+			return "", fmt.Errorf("podman %s: not started, the network confinement is not in place: %w", args[0], err)
+		}
+	}
 	cmd := c.Command(ctx, args...)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
@@ -156,7 +172,7 @@ func RunArgs(s Spec) []string {
 		args = append(args, "--rm")
 	}
 	if s.Network != "" {
-		args = append(append(args, "--network", s.Network), Ulimits...)
+		args = append(append(append(args, "--network", s.Network), Ulimits...), NoIPv6...)
 	} else {
 		args = append(args, RunFlags...)
 	}

@@ -1,0 +1,177 @@
+package network
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Policy is what the chain lets tenant containers reach besides "the outside" (and what caps
+// them). The zero Policy allows nothing more and uses the default caps.
+type Policy struct {
+	// ProxyPort is the index proxy's port on the deps gateway: the one host service installs
+	// may reach (0: none).
+	ProxyPort int
+	// Allow are the admin's exceptions to the denied ranges (--egress-allow), for functions,
+	// jobs and cron runs; installs never get them.
+	Allow []Allow
+	// Nameservers are the resolvers containers are given (the host's /etc/resolv.conf): port
+	// 53 on them is allowed, or a LAN resolver would leave functions without DNS.
+	Nameservers []netip.Addr
+	// ConnRate is how many new connections per second one container may open (burst twice
+	// that); ConnMax how many it may have tracked at once. Zero: the defaults.
+	ConnRate, ConnMax int
+}
+
+// Default caps: far above what a function's outbound calls need, far below what fills the
+// host's conntrack table (262144 entries here) from one container.
+const (
+	DefaultConnRate = 200
+	DefaultConnMax  = 1024
+)
+
+// Allow is one --egress-allow: a destination range and a port (TCP and UDP); Port 0 is any.
+type Allow struct {
+	Prefix netip.Prefix
+	Port   uint16
+}
+
+func (a Allow) String() string {
+	if a.Port == 0 {
+		return a.Prefix.String()
+	}
+	return a.Prefix.String() + ":" + strconv.Itoa(int(a.Port))
+}
+
+// ParseAllow reads CIDR:PORT ("192.168.1.10/32:5432"), CIDR:* or a bare CIDR (any port).
+// IPv6 ranges are refused: containers have no IPv6.
+func ParseAllow(s string) (Allow, error) {
+	cidr, port := s, ""
+	if i := strings.LastIndexByte(s, ':'); i >= 0 {
+		cidr, port = s[:i], s[i+1:]
+	}
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return Allow{}, fmt.Errorf("egress-allow %q: want CIDR:PORT (192.168.1.10/32:5432): %v", s, err)
+	}
+	if !p.Addr().Is4() {
+		return Allow{}, fmt.Errorf("egress-allow %q: only IPv4 ranges (containers have no IPv6)", s)
+	}
+	a := Allow{Prefix: p.Masked()}
+	if port != "" && port != "*" {
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || n == 0 {
+			return Allow{}, fmt.Errorf("egress-allow %q: the port must be 1-65535 or *", s)
+		}
+		a.Port = uint16(n)
+	}
+	return a, nil
+}
+
+// Denied are the destinations that are not "the outside": private, shared (carrier-grade NAT),
+// link-local and loopback ranges, multicast and reserved space, and the cloud metadata addresses
+// that lie outside 169.254/16 (Azure's wireserver, Alibaba's). A Kubernetes ClusterIP or pod
+// network, a LAN database, another bridge's containers: all fall in one of these.
+var Denied = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("168.63.129.16/32"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+}
+
+// HostNameservers are the IPv4 resolvers of resolvConf (podman copies it into containers).
+func HostNameservers(resolvConf string) []netip.Addr {
+	f, err := os.Open(resolvConf)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []netip.Addr
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) >= 2 && fs[0] == "nameserver" {
+			if a, err := netip.ParseAddr(fs[1]); err == nil && a.Is4() && !a.IsLoopback() {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// bridgeSubnets are the IPv4 subnets on the host's other Linux bridges (podman's, docker's, a
+// Kubernetes node's cni0, a VM bridge): their containers are not "the outside" even where the
+// range is public.
+func bridgeSubnets(own ...string) []netip.Prefix {
+	entries, err := os.ReadDir("/sys/class/net")
+	if err != nil {
+		return nil
+	}
+	var bridges []string
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join("/sys/class/net", e.Name(), "bridge")); err == nil && !contains(own, e.Name()) {
+			bridges = append(bridges, e.Name())
+		}
+	}
+	var out []netip.Prefix
+	for _, b := range bridges {
+		for _, p := range interfacePrefixes(b) {
+			if !covered(p, Denied) && !contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+func covered(p netip.Prefix, by []netip.Prefix) bool {
+	for _, d := range by {
+		if d.Bits() <= p.Bits() && d.Contains(p.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+func contains[T comparable](s []T, v T) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// interfacePrefixes are the IPv4 subnets of the interface's addresses.
+func interfacePrefixes(name string) []netip.Prefix {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap().Is4() {
+				ones, _ := ipn.Mask.Size()
+				out = append(out, netip.PrefixFrom(ip.Unmap(), ones).Masked())
+			}
+		}
+	}
+	return out
+}
