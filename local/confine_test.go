@@ -185,7 +185,9 @@ func TestConfinementHolds(t *testing.T) {
 		}
 		for _, r := range dnat {
 			mustRun(t, "iptables", append([]string{"-w", "-t", "nat", "-I", "PREROUTING", "1"}, r...)...)
-			t.Cleanup(func() { exec.Command("iptables", append([]string{"-w", "-t", "nat", "-D", "PREROUTING"}, r...)...).Run() })
+			t.Cleanup(func() {
+				exec.Command("iptables", append([]string{"-w", "-t", "nat", "-D", "PREROUTING"}, r...)...).Run()
+			})
 		}
 		got := probe(t, map[string]string{"dnat_host": "http://198.51.100.10/", "dnat_other_bridge": "http://198.51.100.11/",
 			"other_bridge": "http://203.0.113.2:8000/", "outside": outside.URL + "/"})
