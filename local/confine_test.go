@@ -93,7 +93,9 @@ func TestConfinementHolds(t *testing.T) {
 
 	dataDir := t.TempDir()
 	// A high rate cap, so that the concurrent cap is what holds the flood below.
-	flags := []string{"--egress-conn-max", "300", "--egress-conn-rate", "5000", "--autoscale-stable-window", "10m"}
+	// The metadata stand-in allowed on its port, as an admin allows a LAN database.
+	flags := []string{"--egress-conn-max", "300", "--egress-conn-rate", "5000", "--autoscale-stable-window", "10m",
+		"--egress-allow", "169.254.77.77/32:8000"}
 	u := startUp(t, dataDir, "", "", flags...)
 	listen, regAddr := u.Listen, u.RegAddr
 	outer := t
@@ -190,14 +192,15 @@ func TestConfinementHolds(t *testing.T) {
 			})
 		}
 		got := probe(t, map[string]string{"dnat_host": "http://198.51.100.10/", "dnat_other_bridge": "http://198.51.100.11/",
-			"other_bridge": "http://203.0.113.2:8000/", "outside": outside.URL + "/"})
+			"other_bridge": "http://203.0.113.2:8000/", "outside": outside.URL + "/", "allowed": outside.MetadataURL + "/"})
 		for k, v := range got {
-			if want := any("unreachable"); k != "outside" && v != want {
+			if want := any("unreachable"); k != "outside" && k != "allowed" && v != want {
 				t.Errorf("%s: %v, want unreachable", k, v)
 			}
 		}
-		if got["outside"] != float64(200) {
-			t.Errorf("the outside: %v, want 200", got["outside"])
+		// TestContainment, without --egress-allow, finds the same address unreachable.
+		if got["outside"] != float64(200) || got["allowed"] != float64(200) {
+			t.Errorf("the outside: %v, the allowed metadata stand-in: %v; want 200 for both", got["outside"], got["allowed"])
 		}
 		victimServes(t)
 	})

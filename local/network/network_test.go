@@ -17,7 +17,7 @@ import (
 )
 
 // instance makes an instance's networks and confinement on this host, removed at the end.
-func instance(t *testing.T) *Networks {
+func instance(t testing.TB) *Networks {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Missing(t, "root (iptables, bridges)", nil)
@@ -228,5 +228,20 @@ func mustRun(t *testing.T, name string, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %v: %v: %s", name, args, err, out)
+	}
+}
+
+// BenchmarkEnsure is the check every container start waits for, with everything in place.
+func BenchmarkEnsure(b *testing.B) {
+	n := instance(b)
+	ctx := context.Background()
+	if err := n.Confine(ctx, Policy{ProxyPort: 3128}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if err := n.Ensure(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
