@@ -85,19 +85,19 @@ func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err e
 	if !n.confined {
 		return nil, errors.New("network: Ensure before Confine")
 	}
-	defer func() {
+	// Each part is reported as soon as it is back, not when the whole check ends.
+	report := func(r Restored) {
+		restored = append(restored, r)
 		if n.OnRestore != nil {
-			for _, r := range restored {
-				n.OnRestore(r)
-			}
+			n.OnRestore(r)
 		}
-	}()
+	}
 	for _, net := range []Net{n.Functions, n.Deps} {
 		if _, err := os.Stat("/sys/class/net/" + net.Bridge); err != nil {
 			if err := n.createBridge(ctx, net); err != nil {
 				return restored, err
 			}
-			restored = append(restored, Restored{"bridge", net.Bridge})
+			report(Restored{"bridge", net.Bridge})
 		}
 	}
 	for _, k := range n.knobs() {
@@ -106,7 +106,7 @@ func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err e
 			return restored, err
 		}
 		if changed {
-			restored = append(restored, Restored{k.part, k.path})
+			report(Restored{k.part, k.path})
 		}
 	}
 	others := bridgeSubnets(n.Functions.Bridge, n.Deps.Bridge)
@@ -125,11 +125,11 @@ func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err e
 			return restored, err
 		}
 		want := strings.Join(n.render(f, n.policy, others, "X"), "\n")
-		forget := true
+		forget, broken := true, false
 		switch {
 		case n.applied[i] == nil: // installing (a start): whatever was there is replaced
 		case !slices.Equal(t.rules, n.applied[i]):
-			restored = append(restored, Restored{strings.TrimSuffix(f.save, "-save"), "chain " + n.chain + " or its jumps"})
+			broken = true
 		case want != n.wanted[i]:
 			forget = false // the host's bridges changed: stricter or looser, nothing was open
 		default:
@@ -137,6 +137,9 @@ func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err e
 		}
 		if err := n.switchTo(ctx, f, t, n.policy, others); err != nil {
 			return restored, err
+		}
+		if broken {
+			report(Restored{strings.TrimSuffix(f.save, "-save"), "chain " + n.chain + " or its jumps"})
 		}
 		after, err := n.read(ctx, f)
 		if err != nil {

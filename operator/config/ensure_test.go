@@ -141,12 +141,15 @@ func TestOperatorEnsuresTenantsWithItsRole(t *testing.T) {
 	}
 
 	// An administrator replaces the pull secret with one of their own: a rotation leaves it be.
-	if err := admin.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: resources.PullSecret, Namespace: ns}}); err != nil {
+	// In one update, not a delete and a create: the controller, reconciling the namespace after
+	// its own annotation, may create the missing secret in between (CI saw "already exists").
+	var own corev1.Secret
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.PullSecret}, &own); err != nil {
 		t.Fatal(err)
 	}
-	own := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: resources.PullSecret, Namespace: ns}, Type: corev1.SecretTypeDockerConfigJson,
-		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{"r":{"auth":"admin"}}}`)}}
-	if err := admin.Create(ctx, own); err != nil {
+	own.Labels = map[string]string{"owner": "admin"}
+	own.Data = map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{"r":{"auth":"admin"}}}`)}
+	if err := admin.Update(ctx, &own); err != nil {
 		t.Fatal(err)
 	}
 	provisioned(pullConfig("three", 7))
