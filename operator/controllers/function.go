@@ -145,6 +145,22 @@ func printable(s string) string {
 
 // Reconcile moves a Function toward running its current code.
 func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	if apierrors.IsConflict(err) {
+		// A write that raced another (a scale to zero a moment before, a cache a moment behind)
+		// is not a failure to back off from: the work queue's first step is lifecycle.RetryBase,
+		// a whole second added to a cold start (CI: a cold start from zero missed its 10 s).
+		log.FromContext(ctx).V(1).Info("conflict; reconciling again", "err", err)
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return res, err
+}
+
+// conflictRetry is how soon a reconcile that met a conflict runs again: time for the cache to
+// catch up with the write it lost to.
+const conflictRetry = 50 * time.Millisecond
+
+func (r *FunctionReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
 	var fn slessv1.Function
 	if err := r.Get(ctx, req.NamespacedName, &fn); err != nil {
