@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // The confinement is a pair of mangle chains per generation (IPv4): the caps chain, jumped to
@@ -199,13 +200,22 @@ type knob struct{ part, path, want string }
 // iptables, and bridged IPv6 unseen by ip6tables) and IPv6 off on the instance's bridges (no
 // link-local address of the host's for a container to reach).
 func (n *Networks) knobs() []knob {
-	return []knob{
-		{"br_netfilter", "/proc/sys/net/bridge/bridge-nf-call-iptables", "1"},
-		{"br_netfilter", "/proc/sys/net/bridge/bridge-nf-call-ip6tables", "1"},
-		{"ipv6", "/proc/sys/net/ipv6/conf/" + n.Functions.Bridge + "/disable_ipv6", "1"},
-		{"ipv6", "/proc/sys/net/ipv6/conf/" + n.Deps.Bridge + "/disable_ipv6", "1"},
+	k := []knob{{"br_netfilter", "/proc/sys/net/bridge/bridge-nf-call-iptables", "1"}}
+	if !HostIPv6() {
+		return k
 	}
+	return append(k,
+		knob{"br_netfilter", "/proc/sys/net/bridge/bridge-nf-call-ip6tables", "1"},
+		knob{"ipv6", "/proc/sys/net/ipv6/conf/" + n.Functions.Bridge + "/disable_ipv6", "1"},
+		knob{"ipv6", "/proc/sys/net/ipv6/conf/" + n.Deps.Bridge + "/disable_ipv6", "1"})
 }
+
+// HostIPv6 reports whether the kernel has IPv6 at all (not booted with ipv6.disable=1): without
+// it there is nothing to turn off or filter, and its sysctls and ip6tables do not exist.
+var HostIPv6 = sync.OnceValue(func() bool {
+	_, err := os.Stat("/proc/sys/net/ipv6")
+	return err == nil
+})
 
 // setKnob makes k hold its value; changed is whether it did not.
 func setKnob(k knob) (changed bool, err error) {

@@ -65,6 +65,14 @@ func (n *Networks) fly(f *flight) {
 	close(f.done)
 }
 
+// families are iptables, and ip6tables where the host has IPv6.
+func (n *Networks) families() []family {
+	if HostIPv6() {
+		return []family{ipv4, ipv6}
+	}
+	return []family{ipv4}
+}
+
 // Guard runs Ensure every interval until ctx ends; failures go to onErr.
 func (n *Networks) Guard(ctx context.Context, every time.Duration, onErr func(error)) {
 	t := time.NewTicker(every)
@@ -114,12 +122,12 @@ func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err e
 	var tables [2]table
 	var errs [2]error
 	var wg sync.WaitGroup
-	for i, f := range []family{ipv4, ipv6} {
+	for i, f := range n.families() {
 		wg.Add(1)
 		go func() { defer wg.Done(); tables[i], errs[i] = n.read(ctx, f) }()
 	}
 	wg.Wait()
-	for i, f := range []family{ipv4, ipv6} {
+	for i, f := range n.families() {
 		t, err := tables[i], errs[i]
 		if err != nil {
 			return restored, err

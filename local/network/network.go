@@ -235,8 +235,10 @@ func (n *Networks) createBridge(ctx context.Context, net Net) error {
 		}
 	}
 	// Before the link is up: an IPv6 link-local address is never configured.
-	if _, err := setKnob(knob{"ipv6", "/proc/sys/net/ipv6/conf/" + net.Bridge + "/disable_ipv6", "1"}); err != nil {
-		return err
+	if HostIPv6() {
+		if _, err := setKnob(knob{"ipv6", "/proc/sys/net/ipv6/conf/" + net.Bridge + "/disable_ipv6", "1"}); err != nil {
+			return err
+		}
 	}
 	addr := netip.PrefixFrom(net.Gateway, net.Subnet.Bits()).String()
 	if out, _ := exec.CommandContext(ctx, "ip", "-4", "-o", "addr", "show", "dev", net.Bridge).Output(); !bytes.Contains(out, []byte(" "+addr+" ")) {
@@ -256,7 +258,10 @@ func (n *Networks) createBridge(ctx context.Context, net Net) error {
 
 // Remove undoes Create and Confine: the chain, the bridges, the configuration.
 func (n *Networks) Remove(ctx context.Context) error {
-	errs := []error{n.removeChains(ctx, ipv4), n.removeChains(ctx, ipv6)}
+	var errs []error
+	for _, f := range n.families() {
+		errs = append(errs, n.removeChains(ctx, f))
+	}
 	for _, net := range []Net{n.Functions, n.Deps} {
 		if run(ctx, "ip", "link", "show", net.Bridge) == nil {
 			errs = append(errs, run(ctx, "ip", "link", "del", net.Bridge))

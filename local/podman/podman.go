@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // ContainersConf is what podman needs on hybrid-cgroup machines like ours (DESIGN.md §7).
@@ -37,6 +38,13 @@ var Ulimits = []string{"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4
 // IPv4). The container cannot turn it on again: /proc/sys is read-only to it and it has no
 // CAP_NET_ADMIN.
 var NoIPv6 = []string{"--sysctl", "net.ipv6.conf.all.disable_ipv6=1", "--sysctl", "net.ipv6.conf.default.disable_ipv6=1"}
+
+// hostIPv6 is whether the kernel has IPv6 (network.HostIPv6; podman may not import network): the
+// sysctls do not exist in a container of a kernel booted with ipv6.disable=1.
+var hostIPv6 = sync.OnceValue(func() bool {
+	_, err := os.Stat("/proc/sys/net/ipv6")
+	return err == nil
+})
 
 // RunFlags are what `podman run` of the project's own (trusted) containers needs here — tests,
 // benchmarks: host networking (publishing ports does not forward on these machines) and Ulimits.
@@ -172,7 +180,10 @@ func RunArgs(s Spec) []string {
 		args = append(args, "--rm")
 	}
 	if s.Network != "" {
-		args = append(append(append(args, "--network", s.Network), Ulimits...), NoIPv6...)
+		args = append(append(args, "--network", s.Network), Ulimits...)
+		if hostIPv6() {
+			args = append(args, NoIPv6...)
+		}
 	} else {
 		args = append(args, RunFlags...)
 	}
