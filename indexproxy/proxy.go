@@ -22,8 +22,8 @@ type Proxy struct {
 	log       *slog.Logger
 	dialer    net.Dialer
 
-	// TunnelIdle ends a CONNECT tunnel in which nothing moved for that long, TunnelMax any
-	// tunnel after that long (zero: the defaults). Set before serving.
+	// TunnelIdle ends a CONNECT tunnel, or a forwarded answer, in which nothing moved for that
+	// long, TunnelMax any tunnel after that long (zero: the defaults). Set before serving.
 	TunnelIdle, TunnelMax time.Duration
 }
 
@@ -159,7 +159,32 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	io.Copy(w, resp.Body)
+	p.copyBody(w, resp.Body)
+}
+
+// copyBody copies an index's answer to the installer, ending it when neither side moved for
+// TunnelIdle: an upstream that stops sending, or an installer that stops reading (its window
+// shut), holds no goroutine and connection for ever.
+func (p *Proxy) copyBody(w http.ResponseWriter, body io.ReadCloser) {
+	idle := p.limit(p.TunnelIdle, DefaultTunnelIdle)
+	stalled := time.AfterFunc(idle, func() { body.Close() })
+	defer stalled.Stop()
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := body.Read(buf)
+		stalled.Reset(idle)
+		if n > 0 {
+			// Flushed at once: the deadline is for this write, not one at the handler's end.
+			rc.SetWriteDeadline(time.Now().Add(idle))
+			if _, werr := w.Write(buf[:n]); werr != nil || rc.Flush() != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // tunnel serves CONNECT to an allowed host: TLS end to end, so no credential can be added.

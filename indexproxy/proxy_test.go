@@ -229,3 +229,38 @@ func TestProxyBoundsConnections(t *testing.T) {
 	}
 	c.Close()
 }
+
+// An index that stops sending mid-answer does not hold the proxy's goroutine and connections:
+// the answer ends after TunnelIdle.
+func TestProxyEndsAStalledAnswer(t *testing.T) {
+	release := make(chan struct{})
+	index := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "partial")
+		w.(http.Flusher).Flush()
+		<-release
+	}))
+	defer index.Close()
+	defer close(release)
+	p, err := indexproxy.New([]string{index.URL}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.TunnelIdle = 300 * time.Millisecond
+	srv, err := indexproxy.Listen("127.0.0.1:0", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	proxyURL, _ := url.Parse("http://" + srv.Addr())
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 10 * time.Second}
+	resp, err := c.Get(index.URL + "/simple/x/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	start := time.Now()
+	b, err := io.ReadAll(resp.Body)
+	if string(b) != "partial" || errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) > 5*time.Second {
+		t.Errorf("read %q, %v after %v; want the partial answer ended by the proxy within moments", b, err, time.Since(start))
+	}
+}

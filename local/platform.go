@@ -182,7 +182,7 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	}
 	p.nets.OnRestore = p.confinementRestored
 	if err := p.nets.Confine(ctx, network.Policy{ProxyPort: p.proxyPort(), Allow: cfg.EgressAllow,
-		Nameservers: network.HostNameservers("/etc/resolv.conf"), ConnRate: cfg.ConnRate, ConnMax: cfg.ConnMax}); err != nil {
+		HostResolvers: true, ConnRate: cfg.ConnRate, ConnMax: cfg.ConnMax}); err != nil {
 		return fail(err)
 	}
 	guardCtx, stopGuard := context.WithCancel(context.Background())

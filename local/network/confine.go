@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 )
@@ -70,6 +69,11 @@ func (n *Networks) render(f family, p Policy, others []netip.Prefix, gen string)
 		"-A "+deny+" -m addrtype --dst-type LOCAL -j DROP",  // any address of the host, whatever the allow list says
 		"-A "+deny+" -m addrtype --dst-type BROADCAST -j DROP",
 		"-A "+deny+" -d "+n.subnet.String()+" -j DROP") // another container, either network
+	// Other bridges' containers before any exception: an allowed LAN range (172.16/12) must not
+	// open docker0's containers, nor 10/8 podman's or another instance's.
+	for _, o := range others {
+		l = append(l, "-A "+deny+" -d "+o.String()+" -j DROP")
+	}
 	allow := func(dst netip.Prefix, port uint16) {
 		if port == 0 {
 			l = append(l, fmt.Sprintf("-A %s -d %s -j RETURN", deny, dst))
@@ -85,7 +89,7 @@ func (n *Networks) render(f family, p Policy, others []netip.Prefix, gen string)
 	for _, a := range p.Allow {
 		allow(a.Prefix, a.Port)
 	}
-	for _, d := range append(slices.Clone(Denied), others...) {
+	for _, d := range Denied {
 		l = append(l, "-A "+deny+" -d "+d.String()+" -j DROP")
 	}
 	s := n.subnet.String()
@@ -183,14 +187,20 @@ func restore(ctx context.Context, f family, text string) error {
 // (ESTABLISHED) for its whole life. Replies to the host's own connections (/fn/) are untouched:
 // their original source is the host.
 func (n *Networks) forgetConnections(ctx context.Context) error {
-	mask := netip.PrefixFrom(n.subnet.Addr(), n.subnet.Bits())
-	m := ^uint32(0) << (32 - mask.Bits())
-	out, err := exec.CommandContext(ctx, "conntrack", "-D", "-f", "ipv4", "-s", n.subnet.Addr().String(),
-		"--mask-src", fmt.Sprintf("%d.%d.%d.%d", byte(m>>24), byte(m>>16), byte(m>>8), byte(m))).CombinedOutput()
-	if err != nil && !strings.Contains(string(out), "flow entries have been deleted") {
-		return fmt.Errorf("conntrack -D: %w: %s", err, strings.TrimSpace(string(out)))
+	m := ^uint32(0) << (32 - n.subnet.Bits())
+	var err error
+	// conntrack 1.4.7 stops at an entry that expired between its listing and its deletion
+	// ("such conntrack doesn't exist"): another pass deletes the rest.
+	for range 3 {
+		var out []byte
+		out, err = exec.CommandContext(ctx, "conntrack", "-D", "-f", "ipv4", "-s", n.subnet.Addr().String(),
+			"--mask-src", fmt.Sprintf("%d.%d.%d.%d", byte(m>>24), byte(m>>16), byte(m>>8), byte(m))).CombinedOutput()
+		if err == nil || strings.Contains(string(out), "flow entries have been deleted") {
+			return nil
+		}
+		err = fmt.Errorf("conntrack -D: %w: %s", err, strings.TrimSpace(string(out)))
 	}
-	return nil
+	return err
 }
 
 // knob is one kernel setting the confinement rests on.

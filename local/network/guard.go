@@ -118,6 +118,10 @@ func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err e
 		}
 	}
 	others := bridgeSubnets(n.Functions.Bridge, n.Deps.Bridge)
+	policy := n.policy
+	if policy.HostResolvers {
+		policy.Nameservers = append(slices.Clone(policy.Nameservers), HostNameservers()...)
+	}
 	// Both tables at once: each save is tens of milliseconds, and this runs before every start.
 	var tables [2]table
 	var errs [2]error
@@ -132,7 +136,7 @@ func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err e
 		if err != nil {
 			return restored, err
 		}
-		want := strings.Join(n.render(f, n.policy, others, "X"), "\n")
+		want := strings.Join(n.render(f, policy, others, "X"), "\n")
 		forget, broken := true, false
 		switch {
 		case n.applied[i] == nil: // installing (a start): whatever was there is replaced
@@ -143,7 +147,7 @@ func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err e
 		default:
 			continue
 		}
-		if err := n.switchTo(ctx, f, t, n.policy, others); err != nil {
+		if err := n.switchTo(ctx, f, t, policy, others); err != nil {
 			return restored, err
 		}
 		if broken {
@@ -158,10 +162,16 @@ func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err e
 		}
 		n.applied[i], n.wanted[i] = after.rules, want
 		if forget && !f.v6 {
-			if err := n.forgetConnections(ctx); err != nil {
-				return restored, err
-			}
+			n.forgetPending = true
 		}
+	}
+	// Until it succeeds, every check tries again: a connection opened while the chain was
+	// missing must not live on because one flush failed.
+	if n.forgetPending {
+		if err := n.forgetConnections(ctx); err != nil {
+			return restored, err
+		}
+		n.forgetPending = false
 	}
 	return restored, nil
 }

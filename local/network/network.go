@@ -39,11 +39,14 @@ type Networks struct {
 
 	amu      sync.Mutex // one check at a time
 	confined bool       // Confine ran
-	policy   Policy
-	applied  [2][]string // what iptables-save, ip6tables-save showed of the instance after the last switch
-	wanted   [2]string   // what was rendered for it
-	gmu      sync.Mutex
-	pending  *flight // the next check, not yet started: callers of Ensure join it
+	// forgetPending: the chains were (re)installed and the containers' connections not yet
+	// forgotten.
+	forgetPending bool
+	policy        Policy
+	applied       [2][]string // what iptables-save, ip6tables-save showed of the instance after the last switch
+	wanted        [2]string   // what was rendered for it
+	gmu           sync.Mutex
+	pending       *flight // the next check, not yet started: callers of Ensure join it
 }
 
 // ConfDir is podman's network_config_dir for this instance (containers.conf [network]).

@@ -245,3 +245,30 @@ func BenchmarkEnsure(b *testing.B) {
 		}
 	}
 }
+
+// Other bridges' containers stay denied whatever --egress-allow opens (172.16/12 holds docker0's
+// 172.17/16), and installs get no exception at all: their drop comes first.
+func TestRenderOrder(t *testing.T) {
+	n, err := Plan("0123456789ab", t.TempDir(), netip.MustParsePrefix("10.89.250.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Policy{ProxyPort: 3128, Allow: []Allow{{netip.MustParsePrefix("172.16.0.0/12"), 5432}}, Nameservers: []netip.Addr{netip.MustParseAddr("10.0.0.2")}}
+	rules := n.render(ipv4, p, []netip.Prefix{netip.MustParsePrefix("172.17.0.0/16")}, "A")
+	at := func(sub string) int {
+		for i, r := range rules {
+			if strings.Contains(r, sub) {
+				return i
+			}
+		}
+		t.Fatalf("no rule with %q in\n%s", sub, strings.Join(rules, "\n"))
+		return -1
+	}
+	proxy, deps, local := at("--dport 3128 -j RETURN"), at("-s 10.89.250.128/25 -j DROP"), at("--dst-type LOCAL -j DROP")
+	bridge, allow, dns := at("-d 172.17.0.0/16 -j DROP"), at("-d 172.16.0.0/12 -p tcp -m tcp --dport 5432 -j RETURN"), at("-d 10.0.0.2/32 -p udp -m udp --dport 53 -j RETURN")
+	private := at("-d 172.16.0.0/12 -j DROP")
+	if !(proxy < deps && deps < local && local < bridge && bridge < allow && bridge < dns && allow < private && dns < private) {
+		t.Errorf("order: proxy %d, installs' drop %d, host %d, other bridge %d, allow %d, resolver %d, private ranges %d\n%s",
+			proxy, deps, local, bridge, allow, dns, private, strings.Join(rules, "\n"))
+	}
+}

@@ -20,9 +20,11 @@ type Policy struct {
 	// Allow are the admin's exceptions to the denied ranges (--egress-allow), for functions,
 	// jobs and cron runs; installs never get them.
 	Allow []Allow
-	// Nameservers are the resolvers containers are given (the host's /etc/resolv.conf): port
-	// 53 on them is allowed, or a LAN resolver would leave functions without DNS.
-	Nameservers []netip.Addr
+	// Nameservers are resolvers port 53 of which is allowed; HostResolvers adds the ones podman
+	// gives containers (HostNameservers, read again at every check), or a LAN or cloud resolver
+	// (10.0.0.2, 192.168.1.1) would leave functions without DNS.
+	Nameservers   []netip.Addr
+	HostResolvers bool
 	// ConnRate is how many new connections per second one container may open (burst twice
 	// that); ConnMax how many it may have tracked at once. Zero: the defaults.
 	ConnRate, ConnMax int
@@ -91,8 +93,17 @@ var Denied = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),
 }
 
-// HostNameservers are the IPv4 resolvers of resolvConf (podman copies it into containers).
-func HostNameservers(resolvConf string) []netip.Addr {
+// HostNameservers are the IPv4 resolvers podman gives containers: /etc/resolv.conf's, or, where
+// that names only a local stub (systemd-resolved's 127.0.0.53), the upstream servers in
+// /run/systemd/resolve/resolv.conf, as podman does.
+func HostNameservers() []netip.Addr {
+	if ns := nameservers("/etc/resolv.conf"); len(ns) > 0 {
+		return ns
+	}
+	return nameservers("/run/systemd/resolve/resolv.conf")
+}
+
+func nameservers(resolvConf string) []netip.Addr {
 	f, err := os.Open(resolvConf)
 	if err != nil {
 		return nil
@@ -112,8 +123,9 @@ func HostNameservers(resolvConf string) []netip.Addr {
 }
 
 // bridgeSubnets are the IPv4 subnets on the host's other Linux bridges (podman's, docker's, a
-// Kubernetes node's cni0, a VM bridge): their containers are not "the outside" even where the
-// range is public.
+// Kubernetes node's cni0, a VM bridge, another sless instance's): their containers are not "the
+// outside" even where the range is public, nor where --egress-allow opens the private range
+// they are in.
 func bridgeSubnets(own ...string) []netip.Prefix {
 	entries, err := os.ReadDir("/sys/class/net")
 	if err != nil {
@@ -128,21 +140,12 @@ func bridgeSubnets(own ...string) []netip.Prefix {
 	var out []netip.Prefix
 	for _, b := range bridges {
 		for _, p := range interfacePrefixes(b) {
-			if !covered(p, Denied) && !contains(out, p) {
+			if !contains(out, p) {
 				out = append(out, p)
 			}
 		}
 	}
 	return out
-}
-
-func covered(p netip.Prefix, by []netip.Prefix) bool {
-	for _, d := range by {
-		if d.Bits() <= p.Bits() && d.Contains(p.Addr()) {
-			return true
-		}
-	}
-	return false
 }
 
 func contains[T comparable](s []T, v T) bool {
