@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -270,5 +272,98 @@ func TestRenderOrder(t *testing.T) {
 	if !(proxy < deps && deps < local && local < bridge && bridge < allow && bridge < dns && allow < private && dns < private) {
 		t.Errorf("order: proxy %d, installs' drop %d, host %d, other bridge %d, allow %d, resolver %d, private ranges %d\n%s",
 			proxy, deps, local, bridge, allow, dns, private, strings.Join(rules, "\n"))
+	}
+}
+
+// The bridges' IPv6 layers on their own, with IPv6 on in the "containers" (network namespaces on
+// the functions bridge, as a container that turned it back on would be): the bridge has no
+// address of the host's to reach, and ip6tables drops what one container sends another.
+func TestNoIPv6AcrossTheBridge(t *testing.T) {
+	if !HostIPv6() {
+		t.Skip("the kernel has no IPv6")
+	}
+	n := instance(t)
+	ctx := context.Background()
+	if err := n.Confine(ctx, Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	canary, err := net.Listen("tcp", "[::]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer canary.Close()
+	go func() {
+		for {
+			c, err := canary.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := canary.Addr().(*net.TCPAddr).Port
+	type ct struct{ ns, host, mac string }
+	var cts []ct
+	for i := range 2 {
+		tag := fmt.Sprintf("%s%d", n.Functions.Bridge[3:9], i)
+		c := ct{ns: "slv6-" + tag, host: "slv6" + tag}
+		t.Cleanup(func() {
+			exec.Command("ip", "link", "del", c.host).Run()
+			exec.Command("ip", "netns", "del", c.ns).Run()
+		})
+		mustRun(t, "ip", "netns", "add", c.ns)
+		mustRun(t, "ip", "link", "add", c.host, "type", "veth", "peer", "name", "eth0", "netns", c.ns)
+		mustRun(t, "ip", "link", "set", c.host, "master", n.Functions.Bridge, "up")
+		mustRun(t, "ip", "netns", "exec", c.ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0", "net.ipv6.conf.eth0.disable_ipv6=0", "net.ipv6.conf.eth0.accept_dad=0")
+		mustRun(t, "ip", "-n", c.ns, "link", "set", "eth0", "up")
+		mustRun(t, "ip", "-n", c.ns, "link", "set", "lo", "up")
+		out, err := exec.Command("ip", "-n", c.ns, "-o", "link", "show", "eth0").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(out))
+		for j := range f {
+			if f[j] == "link/ether" {
+				c.mac = f[j+1]
+			}
+		}
+		cts = append(cts, c)
+	}
+	// The second "container" listens on [::]:8080.
+	srv := exec.Command("ip", "netns", "exec", cts[1].ns, "python3", "-c",
+		"import socket\ns = socket.socket(socket.AF_INET6)\ns.bind(('::', 8080))\ns.listen()\nwhile True:\n    s.accept()[0].close()\n")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	eui := func(mac string) string {
+		hw, _ := net.ParseMAC(mac)
+		return fmt.Sprintf("fe80::%02x%02x:%02xff:fe%02x:%02x%02x", hw[0]^2, hw[1], hw[2], hw[3], hw[4], hw[5])
+	}
+	// The first probes from its namespace; the control at the end shows the probe can succeed.
+	probe := func(addr string, port int) string {
+		out, _ := exec.Command("ip", "netns", "exec", cts[0].ns, "python3", "-c",
+			fmt.Sprintf("import socket\ns = socket.socket(socket.AF_INET6)\ns.settimeout(1.5)\ntry:\n    s.connect(('%s', %d, 0, socket.if_nametoindex('eth0')))\n    print('reached')\nexcept Exception as e:\n    print('unreachable', type(e).__name__)\n", addr, port)).CombinedOutput()
+		return strings.TrimSpace(string(out))
+	}
+	g := n.Functions.Gateway.As4()
+	targets := map[string][2]any{
+		"bridge":          {eui(fmt.Sprintf("02:5e:%02x:%02x:%02x:%02x", g[0], g[1], g[2], g[3])), port},
+		"other container": {eui(cts[1].mac), 8080},
+	}
+	for name, tg := range targets {
+		if got := probe(tg[0].(string), tg[1].(int)); !strings.HasPrefix(got, "unreachable") {
+			t.Errorf("%s (%s) over IPv6 from a namespace on the bridge: %s", name, tg[0], got)
+		}
+	}
+	// Control: without the ip6tables chain the other container answers (the probe works).
+	if err := n.removeChains(ctx, ipv6); err != nil {
+		t.Fatal(err)
+	}
+	if got := probe(eui(cts[1].mac), 8080); got != "reached" {
+		t.Errorf("control: without the ip6tables chain the other container: %s, want reached", got)
+	}
+	if err := n.Ensure(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
