@@ -145,22 +145,6 @@ func printable(s string) string {
 
 // Reconcile moves a Function toward running its current code.
 func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	res, err := r.reconcile(ctx, req)
-	if apierrors.IsConflict(err) {
-		// A write that raced another (a scale to zero a moment before, a cache a moment behind)
-		// is not a failure to back off from: the work queue's first step is lifecycle.RetryBase,
-		// a whole second added to a cold start (CI: a cold start from zero missed its 10 s).
-		log.FromContext(ctx).V(1).Info("conflict; reconciling again", "err", err)
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
-	}
-	return res, err
-}
-
-// conflictRetry is how soon a reconcile that met a conflict runs again: time for the cache to
-// catch up with the write it lost to.
-const conflictRetry = 50 * time.Millisecond
-
-func (r *FunctionReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
 	var fn slessv1.Function
 	if err := r.Get(ctx, req.NamespacedName, &fn); err != nil {
@@ -570,6 +554,17 @@ func mergePorts(live, want []corev1.ServicePort) []corev1.ServicePort {
 	return want
 }
 
+// rateLimiter is the work queue's backoff after an error: controller-runtime's (5 ms doubling,
+// under an overall 10/s, burst 100 bucket), capped at lifecycle.RetryMax. Not lifecycle.RetryBase:
+// a failed build's next attempt waits on its status (Retry.NotBefore, RetryWait) whatever wakes
+// it, so the queue need not; starting at a second made every conflict — common at a cold start
+// just after a scale to zero — cost the caller a second (CI: a cold start missed its 10 s).
+func rateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, lifecycle.RetryMax),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)})
+}
+
 // SetupWithManager watches Functions, their Deployments and Services, and Triggers (which decide
 // replicas).
 func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -578,11 +573,7 @@ func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// generation too) wakes a Function, so a failed build waits out the work queue's backoff.
 		For(&slessv1.Function{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4),
-			// The retry backoff of lifecycle, the same on the single host, under controller-runtime's
-			// overall 10/s, burst 100 bucket.
-			RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
-				workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](lifecycle.RetryBase, lifecycle.RetryMax),
-				&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)})}).
+			RateLimiter: rateLimiter()}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&batchv1.Job{}). // deps Jobs

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
@@ -374,38 +372,5 @@ func TestAdoptsFunctionsOfAnEarlierOperator(t *testing.T) {
 	}
 	if d := e.deployment("old"); d.ResourceVersion != depVersion || d.Spec.Template.Spec.Containers[0].Image != image {
 		t.Errorf("the Deployment changed (%s → %s, image %s)", depVersion, d.ResourceVersion, d.Spec.Template.Spec.Containers[0].Image)
-	}
-}
-
-// A conflict (a write that raced a scale to zero, a cache a moment behind) is retried within
-// moments, not after the work queue's first backoff step of a second: at a cold start that
-// second is the user's.
-func TestConflictRetriedAtOnce(t *testing.T) {
-	ns := "sless-0123456789abcdee"
-	e := newFnEnv(t, ns)
-	r, _ := e.start(nil)
-	ctx := context.Background()
-	sum := e.upload("hello", map[string]string{"handler.py": "def handle(e):\n    return 1\n"})
-	if err := e.c.Create(ctx, &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: ns},
-		Spec: slessv1.FunctionSpec{Runtime: "python3.11", CodeSHA256: sum}}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the deployment", func() bool { return e.deployment("hello") != nil })
-	base, err := client.NewWithWatch(e.env.Config, client.Options{Scheme: e.env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conflicting := *r
-	conflicting.Client = interceptor.NewClient(base, interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if _, ok := obj.(*appsv1.Deployment); ok {
-				return apierrors.NewConflict(appsv1.Resource("deployments"), key.Name, errors.New("the object has been modified"))
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
-	})
-	res, err := conflicting.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "hello"}})
-	if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter >= 500*time.Millisecond {
-		t.Errorf("a conflict: %+v, %v; want no error and a requeue within moments", res, err)
 	}
 }
