@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
@@ -71,22 +72,12 @@ def handle(event):
     return out
 `
 
-// eui64 is the IPv6 link-local address the kernel derives from mac (what an interface with IPv6
-// on has, and an attacker computes).
-func eui64(t *testing.T, mac string) string {
-	hw, err := net.ParseMAC(mac)
-	if err != nil || len(hw) != 6 {
-		t.Fatalf("MAC %q: %v", mac, err)
-	}
-	return fmt.Sprintf("fe80::%02x%02x:%02xff:fe%02x:%02x%02x", hw[0]^2, hw[1], hw[2], hw[3], hw[4], hw[5])
-}
-
 // v6Targets are the IPv6 ways to the host canary and the victim an attacker in a container of
 // the instance tries: the bridges' link-local addresses (from their MACs, whether configured or
 // not), the victim's, and the host's global addresses.
 func v6Targets(t *testing.T, subnet netip.Prefix, victimMAC string, canaryPort int) map[string]string {
 	t.Helper()
-	targets := map[string]string{"victim_link_local": eui64(t, victimMAC) + "%eth0:8080"}
+	targets := map[string]string{"victim_link_local": testenv.LinkLocal(t, victimMAC) + "%eth0:8080"}
 	fnGW, depsGW := subnet.Addr().Next(), subnet.Addr()
 	for range 129 {
 		depsGW = depsGW.Next()
@@ -94,7 +85,7 @@ func v6Targets(t *testing.T, subnet netip.Prefix, victimMAC string, canaryPort i
 	for name, gw := range map[string]netip.Addr{"bridge": fnGW, "deps_bridge": depsGW} {
 		g := gw.As4()
 		mac := fmt.Sprintf("02:5e:%02x:%02x:%02x:%02x", g[0], g[1], g[2], g[3]) // network.Net's
-		targets[name+"_link_local"] = fmt.Sprintf("%s%%eth0:%d", eui64(t, mac), canaryPort)
+		targets[name+"_link_local"] = fmt.Sprintf("%s%%eth0:%d", testenv.LinkLocal(t, mac), canaryPort)
 	}
 	out, err := exec.Command("ip", "-6", "-o", "addr", "show", "scope", "global").Output()
 	if err != nil {
@@ -175,19 +166,7 @@ func TestContainment(t *testing.T) {
 	}
 
 	// The victim: another tenant's function.
-	victim := otherTenant(t, u, "victim@example.com")
-	if _, err := victim.CreateFunction(ctx, apiv1.Function{Name: "v", Runtime: "python3.11"}); err != nil {
-		t.Fatal(err)
-	}
-	z := testenv.Zip(map[string]string{"handler.py": "def handle(e):\n    return 'victim'\n"})
-	if _, err := victim.Upload(ctx, "v", strings.NewReader(string(z)), int64(len(z))); err != nil {
-		t.Fatal(err)
-	}
-	var before *apiv1.Function
-	waitFor(t, 60*time.Second, func() bool {
-		before, _ = victim.GetFunction(ctx, "v")
-		return before != nil && before.Status.Phase == apiv1.PhaseReady
-	}, "the victim Ready")
+	victim, before := deployVictim(t, u)
 	podman := testenv.NewPodman(t)
 	vname := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "ps", "--filter", "label=sless.dev/namespace="+victim.Namespace(), "--format", "{{.Names}}"))))
 	victimIP := strings.TrimSpace(string(mustOutput(t, podman.Command(ctx, "inspect", vname, "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}"))))
@@ -392,6 +371,27 @@ func TestContainment(t *testing.T) {
 	if code, body := (&up{SlessUp: u.SlessUp}).get("/fn/" + victim.Namespace() + "/v"); code != 200 || body != "victim" {
 		t.Errorf("the victim answers %d %s", code, body)
 	}
+}
+
+// deployVictim deploys function v, answering "victim", in another tenant's namespace and waits
+// until it is Ready: what the attacks must leave serving the same image.
+func deployVictim(t *testing.T, u *up) (*client.Client, *apiv1.Function) {
+	t.Helper()
+	ctx := context.Background()
+	victim := otherTenant(t, u, "victim@example.com")
+	if _, err := victim.CreateFunction(ctx, apiv1.Function{Name: "v", Runtime: "python3.11"}); err != nil {
+		t.Fatal(err)
+	}
+	z := testenv.Zip(map[string]string{"handler.py": "def handle(e):\n    return 'victim'\n"})
+	if _, err := victim.Upload(ctx, "v", strings.NewReader(string(z)), int64(len(z))); err != nil {
+		t.Fatal(err)
+	}
+	var f *apiv1.Function
+	waitFor(t, 60*time.Second, func() bool {
+		f, _ = victim.GetFunction(ctx, "v")
+		return f != nil && f.Status.Phase == apiv1.PhaseReady
+	}, "the victim Ready")
+	return victim, f
 }
 
 // hostAddresses are the host's own IPv4 addresses outside the instance's subnet (the node's

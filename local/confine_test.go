@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
@@ -108,19 +107,7 @@ func TestConfinementHolds(t *testing.T) {
 	fnGW := subnet.Addr().Next()
 	hosts := hostAddresses(t, subnet)
 
-	victim := otherTenant(t, u, "victim@example.com")
-	if _, err := victim.CreateFunction(ctx, apiv1.Function{Name: "v", Runtime: "python3.11"}); err != nil {
-		t.Fatal(err)
-	}
-	z := testenv.Zip(map[string]string{"handler.py": "def handle(e):\n    return 'victim'\n"})
-	if _, err := victim.Upload(ctx, "v", strings.NewReader(string(z)), int64(len(z))); err != nil {
-		t.Fatal(err)
-	}
-	var before *apiv1.Function
-	waitFor(t, 60*time.Second, func() bool {
-		before, _ = victim.GetFunction(ctx, "v")
-		return before != nil && before.Status.Phase == apiv1.PhaseReady
-	}, "the victim Ready")
+	victim, before := deployVictim(t, u)
 	victimServes := func(t *testing.T) {
 		t.Helper()
 		if code, body := u.get("/fn/" + victim.Namespace() + "/v"); code != 200 || body != "victim" {
@@ -162,7 +149,7 @@ func TestConfinementHolds(t *testing.T) {
 			{"link", "set", veth, "master", br}, {"link", "set", veth, "up"},
 			{"-n", ns, "addr", "add", "203.0.113.2/24", "dev", "eth0"}, {"-n", ns, "link", "set", "eth0", "up"},
 		} {
-			mustRun(t, "ip", args...)
+			testenv.MustRun(t, "ip", args...)
 		}
 		srv := exec.Command("ip", "netns", "exec", ns, "python3", "-m", "http.server", "--bind", "203.0.113.2", "8000", "--directory", t.TempDir())
 		if err := srv.Start(); err != nil {
@@ -186,7 +173,7 @@ func TestConfinementHolds(t *testing.T) {
 			{"-s", subnet.String(), "-d", "198.51.100.11/32", "-p", "tcp", "--dport", "80", "-j", "DNAT", "--to-destination", "203.0.113.2:8000"},
 		}
 		for _, r := range dnat {
-			mustRun(t, "iptables", append([]string{"-w", "-t", "nat", "-I", "PREROUTING", "1"}, r...)...)
+			testenv.MustRun(t, "iptables", append([]string{"-w", "-t", "nat", "-I", "PREROUTING", "1"}, r...)...)
 			t.Cleanup(func() {
 				exec.Command("iptables", append([]string{"-w", "-t", "nat", "-D", "PREROUTING"}, r...)...).Run()
 			})
@@ -225,15 +212,7 @@ func TestConfinementHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ln.Close()
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
+		testenv.AcceptAndClose(ln)
 		var wg sync.WaitGroup
 		var failed atomic.Int64
 		for range 200 {
@@ -269,7 +248,7 @@ func TestConfinementHolds(t *testing.T) {
 		if j == "" {
 			t.Fatal("no jump to the instance's chain")
 		}
-		mustRun(t, "iptables", append([]string{"-w", "-t", "mangle", "-D"}, strings.Fields(j)[1:]...)...)
+		testenv.MustRun(t, "iptables", append([]string{"-w", "-t", "mangle", "-D"}, strings.Fields(j)[1:]...)...)
 	}
 	restoredMetric := func(t *testing.T) int {
 		t.Helper()
@@ -365,13 +344,6 @@ func randomTag() string {
 	b := make([]byte, 3)
 	rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func mustRun(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %v: %v: %s", name, args, err, out)
-	}
 }
 
 // containerIDs is the ID of function fn's one running container.

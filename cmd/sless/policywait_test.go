@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sless-dev/sless/internal/testenv"
 )
 
 func TestPolicyWait(t *testing.T) {
@@ -15,15 +17,7 @@ func TestPolicyWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testenv.AcceptAndClose(ln)
 	// Reachable throughout: not enforced, an error at the timeout.
 	var out bytes.Buffer
 	if err := policyWait(context.Background(), addr, 300*time.Millisecond, &out); err == nil ||

@@ -7,7 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
+
+	"github.com/sless-dev/sless/local/podman"
 )
 
 // The confinement is a pair of mangle chains per generation (IPv4): the caps chain, jumped to
@@ -211,7 +212,7 @@ type knob struct{ part, path, want string }
 // link-local address of the host's for a container to reach).
 func (n *Networks) knobs() []knob {
 	k := []knob{{"br_netfilter", "/proc/sys/net/bridge/bridge-nf-call-iptables", "1"}}
-	if !HostIPv6() {
+	if !podman.HostIPv6() {
 		return k
 	}
 	return append(k,
@@ -219,13 +220,6 @@ func (n *Networks) knobs() []knob {
 		knob{"ipv6", "/proc/sys/net/ipv6/conf/" + n.Functions.Bridge + "/disable_ipv6", "1"},
 		knob{"ipv6", "/proc/sys/net/ipv6/conf/" + n.Deps.Bridge + "/disable_ipv6", "1"})
 }
-
-// HostIPv6 reports whether the kernel has IPv6 at all (not booted with ipv6.disable=1): without
-// it there is nothing to turn off or filter, and its sysctls and ip6tables do not exist.
-var HostIPv6 = sync.OnceValue(func() bool {
-	_, err := os.Stat("/proc/sys/net/ipv6")
-	return err == nil
-})
 
 // setKnob makes k hold its value; changed is whether it did not.
 func setKnob(k knob) (changed bool, err error) {

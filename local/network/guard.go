@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sless-dev/sless/local/podman"
 )
 
 // Confine installs the confinement with policy p: built beside whatever is in place and switched
@@ -18,8 +20,7 @@ func (n *Networks) Confine(ctx context.Context, p Policy) error {
 	n.amu.Lock()
 	defer n.amu.Unlock()
 	n.policy, n.applied, n.confined = p, [2][]string{}, true
-	_, err := n.assertLocked(ctx)
-	return err
+	return n.assertLocked(ctx)
 }
 
 // Restored is one part of the confinement Ensure found missing or changed and put back: Part is
@@ -59,7 +60,7 @@ func (n *Networks) fly(f *flight) {
 	n.pending = nil // who comes from now on waits for the next check
 	n.gmu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	_, f.err = n.assertLocked(ctx)
+	f.err = n.assertLocked(ctx)
 	cancel()
 	n.amu.Unlock()
 	close(f.done)
@@ -67,7 +68,7 @@ func (n *Networks) fly(f *flight) {
 
 // families are iptables, and ip6tables where the host has IPv6.
 func (n *Networks) families() []family {
-	if HostIPv6() {
+	if podman.HostIPv6() {
 		return []family{ipv4, ipv6}
 	}
 	return []family{ipv4}
@@ -89,13 +90,12 @@ func (n *Networks) Guard(ctx context.Context, every time.Duration, onErr func(er
 	}
 }
 
-func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err error) {
+func (n *Networks) assertLocked(ctx context.Context) error {
 	if !n.confined {
-		return nil, errors.New("network: Ensure before Confine")
+		return errors.New("network: Ensure before Confine")
 	}
 	// Each part is reported as soon as it is back, not when the whole check ends.
 	report := func(r Restored) {
-		restored = append(restored, r)
 		if n.OnRestore != nil {
 			n.OnRestore(r)
 		}
@@ -103,7 +103,7 @@ func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err e
 	for _, net := range []Net{n.Functions, n.Deps} {
 		if _, err := os.Stat("/sys/class/net/" + net.Bridge); err != nil {
 			if err := n.createBridge(ctx, net); err != nil {
-				return restored, err
+				return err
 			}
 			report(Restored{"bridge", net.Bridge})
 		}
@@ -111,7 +111,7 @@ func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err e
 	for _, k := range n.knobs() {
 		changed, err := setKnob(k)
 		if err != nil {
-			return restored, err
+			return err
 		}
 		if changed {
 			report(Restored{k.part, k.path})
@@ -134,7 +134,7 @@ func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err e
 	for i, f := range n.families() {
 		t, err := tables[i], errs[i]
 		if err != nil {
-			return restored, err
+			return err
 		}
 		want := strings.Join(n.render(f, policy, others, "X"), "\n")
 		forget, broken := true, false
@@ -148,17 +148,17 @@ func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err e
 			continue
 		}
 		if err := n.switchTo(ctx, f, t, policy, others); err != nil {
-			return restored, err
+			return err
 		}
 		if broken {
 			report(Restored{strings.TrimSuffix(f.save, "-save"), "chain " + n.chain + " or its jumps"})
 		}
 		after, err := n.read(ctx, f)
 		if err != nil {
-			return restored, err
+			return err
 		}
 		if after.gen == "" {
-			return restored, fmt.Errorf("network: %s shows no jump to %s after installing it", f.save, n.chain)
+			return fmt.Errorf("network: %s shows no jump to %s after installing it", f.save, n.chain)
 		}
 		n.applied[i], n.wanted[i] = after.rules, want
 		if forget && !f.v6 {
@@ -169,9 +169,9 @@ func (n *Networks) assertLocked(ctx context.Context) (restored []Restored, err e
 	// missing must not live on because one flush failed.
 	if n.forgetPending {
 		if err := n.forgetConnections(ctx); err != nil {
-			return restored, err
+			return err
 		}
 		n.forgetPending = false
 	}
-	return restored, nil
+	return nil
 }

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/sless-dev/sless/local/podman"
 )
 
 // DefaultPool is where an instance's /24 is picked from.
@@ -238,7 +240,7 @@ func (n *Networks) createBridge(ctx context.Context, net Net) error {
 		}
 	}
 	// Before the link is up: an IPv6 link-local address is never configured.
-	if HostIPv6() {
+	if podman.HostIPv6() {
 		if _, err := setKnob(knob{"ipv6", "/proc/sys/net/ipv6/conf/" + net.Bridge + "/disable_ipv6", "1"}); err != nil {
 			return err
 		}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sless-dev/sless/local/podman"
+
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
@@ -160,24 +162,24 @@ func TestEnsureRestores(t *testing.T) {
 			tb, _ := n.read(ctx, ipv4)
 			for _, j := range tb.jumps {
 				if strings.HasPrefix(j, "-A PREROUTING") {
-					mustRun(t, "iptables", append([]string{"-w", "-t", "mangle", "-D"}, strings.Fields(j)[1:]...)...)
+					testenv.MustRun(t, "iptables", append([]string{"-w", "-t", "mangle", "-D"}, strings.Fields(j)[1:]...)...)
 				}
 			}
 		}},
 		{"iptables", func(t *testing.T) { // a rule of the chain removed
 			tb, _ := n.read(ctx, ipv4)
-			mustRun(t, "iptables", "-w", "-t", "mangle", "-D", n.chain+"-"+tb.gen+"-D", "-d", "10.0.0.0/8", "-j", "DROP")
+			testenv.MustRun(t, "iptables", "-w", "-t", "mangle", "-D", n.chain+"-"+tb.gen+"-D", "-d", "10.0.0.0/8", "-j", "DROP")
 		}},
 		{"ip6tables", func(t *testing.T) {
 			tb, _ := n.read(ctx, ipv6)
-			mustRun(t, "ip6tables", "-w", "-t", "mangle", "-F", n.chain+"-"+tb.gen)
+			testenv.MustRun(t, "ip6tables", "-w", "-t", "mangle", "-F", n.chain+"-"+tb.gen)
 		}},
 		{"ipv6", func(t *testing.T) {
 			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+n.Functions.Bridge+"/disable_ipv6", []byte("0"), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"bridge", func(t *testing.T) { mustRun(t, "ip", "link", "del", n.Deps.Bridge) }},
+		{"bridge", func(t *testing.T) { testenv.MustRun(t, "ip", "link", "del", n.Deps.Bridge) }},
 	} {
 		mu.Lock()
 		restored = nil
@@ -223,13 +225,6 @@ func TestParseAllow(t *testing.T) {
 		if a, err := ParseAllow(in); err == nil {
 			t.Errorf("ParseAllow(%q) = %v, want an error", in, a)
 		}
-	}
-}
-
-func mustRun(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %v: %v: %s", name, args, err, out)
 	}
 }
 
@@ -279,8 +274,8 @@ func TestRenderOrder(t *testing.T) {
 // the functions bridge, as a container that turned it back on would be): the bridge has no
 // address of the host's to reach, and ip6tables drops what one container sends another.
 func TestNoIPv6AcrossTheBridge(t *testing.T) {
-	if !HostIPv6() {
-		t.Skip("the kernel has no IPv6")
+	if !podman.HostIPv6() {
+		testenv.Missing(t, "IPv6 in the kernel (booted with ipv6.disable=1)", nil)
 	}
 	n := instance(t)
 	ctx := context.Background()
@@ -292,15 +287,7 @@ func TestNoIPv6AcrossTheBridge(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer canary.Close()
-	go func() {
-		for {
-			c, err := canary.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testenv.AcceptAndClose(canary)
 	port := canary.Addr().(*net.TCPAddr).Port
 	type ct struct{ ns, host, mac string }
 	var cts []ct
@@ -311,12 +298,12 @@ func TestNoIPv6AcrossTheBridge(t *testing.T) {
 			exec.Command("ip", "link", "del", c.host).Run()
 			exec.Command("ip", "netns", "del", c.ns).Run()
 		})
-		mustRun(t, "ip", "netns", "add", c.ns)
-		mustRun(t, "ip", "link", "add", c.host, "type", "veth", "peer", "name", "eth0", "netns", c.ns)
-		mustRun(t, "ip", "link", "set", c.host, "master", n.Functions.Bridge, "up")
-		mustRun(t, "ip", "netns", "exec", c.ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0", "net.ipv6.conf.eth0.disable_ipv6=0", "net.ipv6.conf.eth0.accept_dad=0")
-		mustRun(t, "ip", "-n", c.ns, "link", "set", "eth0", "up")
-		mustRun(t, "ip", "-n", c.ns, "link", "set", "lo", "up")
+		testenv.MustRun(t, "ip", "netns", "add", c.ns)
+		testenv.MustRun(t, "ip", "link", "add", c.host, "type", "veth", "peer", "name", "eth0", "netns", c.ns)
+		testenv.MustRun(t, "ip", "link", "set", c.host, "master", n.Functions.Bridge, "up")
+		testenv.MustRun(t, "ip", "netns", "exec", c.ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0", "net.ipv6.conf.eth0.disable_ipv6=0", "net.ipv6.conf.eth0.accept_dad=0")
+		testenv.MustRun(t, "ip", "-n", c.ns, "link", "set", "eth0", "up")
+		testenv.MustRun(t, "ip", "-n", c.ns, "link", "set", "lo", "up")
 		out, err := exec.Command("ip", "-n", c.ns, "-o", "link", "show", "eth0").Output()
 		if err != nil {
 			t.Fatal(err)
@@ -336,10 +323,7 @@ func TestNoIPv6AcrossTheBridge(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { srv.Process.Kill(); srv.Wait() }()
-	eui := func(mac string) string {
-		hw, _ := net.ParseMAC(mac)
-		return fmt.Sprintf("fe80::%02x%02x:%02xff:fe%02x:%02x%02x", hw[0]^2, hw[1], hw[2], hw[3], hw[4], hw[5])
-	}
+	eui := func(mac string) string { return testenv.LinkLocal(t, mac) }
 	// The first probes from its namespace; the control at the end shows the probe can succeed.
 	probe := func(addr string, port int) string {
 		out, _ := exec.Command("ip", "netns", "exec", cts[0].ns, "python3", "-c",

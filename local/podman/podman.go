@@ -39,9 +39,9 @@ var Ulimits = []string{"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4
 // CAP_NET_ADMIN.
 var NoIPv6 = []string{"--sysctl", "net.ipv6.conf.all.disable_ipv6=1", "--sysctl", "net.ipv6.conf.default.disable_ipv6=1"}
 
-// hostIPv6 is whether the kernel has IPv6 (network.HostIPv6; podman may not import network): the
-// sysctls do not exist in a container of a kernel booted with ipv6.disable=1.
-var hostIPv6 = sync.OnceValue(func() bool {
+// HostIPv6 reports whether the kernel has IPv6 at all (not booted with ipv6.disable=1): without
+// it there is nothing to turn off (NoIPv6's sysctls do not exist) or filter.
+var HostIPv6 = sync.OnceValue(func() bool {
 	_, err := os.Stat("/proc/sys/net/ipv6")
 	return err == nil
 })
@@ -181,7 +181,7 @@ func RunArgs(s Spec) []string {
 	}
 	if s.Network != "" {
 		args = append(append(args, "--network", s.Network), Ulimits...)
-		if hostIPv6() {
+		if HostIPv6() {
 			args = append(args, NoIPv6...)
 		}
 	} else {
