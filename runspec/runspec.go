@@ -38,6 +38,9 @@ const (
 	// LabelManagedBy marks Kubernetes objects the operator made (and the tenants' namespaces).
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedBy      = "sless-operator"
+	// LabelTenantSecret ("true") marks a tenant's own Secret on Kubernetes: the only Secrets the
+	// API's account may create or replace (operator/config/rbac/admission.yaml).
+	LabelTenantSecret = "sless.dev/tenant-secret"
 )
 
 // Role is what an instance runs for.

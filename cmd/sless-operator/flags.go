@@ -77,8 +77,8 @@ func (c *config) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.s3Region, "s3-region", "us-east-1", "S3 region")
 	fs.StringVar(&c.secretFile, "hs256-secret-file", "", "verify HS256 tokens with the secret in this file (development; without --jwks-url and --jwt-public-key)")
 	fs.StringVar(&c.operatorNS, "operator-namespace", kubestore.DefaultOperatorNamespace, "namespace the operator (and the /fn/ proxy) runs in")
-	fs.StringVar(&c.registryAuthDir, "registry-auth-dir", "", "the keys of sless's registry (the sless-registry-auth Secret: "+regauth.SigningKeyFile+", "+regauth.SecretFile+"): the operator pushes as the platform, each tenant namespace gets a pull-only credential for its own repositories, each deps Job a push credential for its key")
-	fs.StringVar(&c.pullSecret, "pull-secret-file", "", "with a registry of your own instead of --registry-auth-dir: .dockerconfigjson copied into every tenant namespace as sless-registry and given to deps Jobs' push step (it must pull function images and push <registry>/sless/deps/*); the operator pushes with DOCKER_CONFIG")
+	fs.StringVar(&c.registryAuthDir, "registry-auth-dir", "", "the keys of sless's registry (the sless-registry-auth Secret: "+regauth.SigningKeyFile+", "+regauth.SecretFile+"): the operator pushes as the platform, each tenant namespace gets a pull-only credential for its own repositories, each deps Job a push credential for its key (not with --role=api)")
+	fs.StringVar(&c.pullSecret, "pull-secret-file", "", "with a registry of your own instead of --registry-auth-dir: .dockerconfigjson copied into every tenant namespace as sless-registry and given to deps Jobs' push step (it must pull function images and push <registry>/sless/deps/*); the operator pushes with DOCKER_CONFIG (not with --role=api)")
 	fs.IntVar(&c.builds, "max-builds", 2, "concurrent in-process builds")
 	fs.IntVar(&c.tenantBuilds, "max-builds-per-namespace", 1, "concurrent in-process builds of one namespace (a build that finds none free waits without holding a worker)")
 	fs.IntVar(&c.workers, "max-concurrent-reconciles", 4, "Functions reconciled at once (builds beyond --max-builds wait without holding one)")
@@ -119,6 +119,11 @@ func (c *config) complete() error {
 	}
 	if c.policyGate && c.operatorImage == "" {
 		return errors.New("--wait-for-network-policy runs --operator-image's sless: give both")
+	}
+	if c.role == roleAPI && (c.registryAuthDir != "" || c.pullSecret != "") {
+		// The API derives no registry credential (the controller writes tenants' pull secrets and
+		// pushes): the registry's keys stay out of the public process.
+		return errors.New("--registry-auth-dir and --pull-secret-file are the controller's: --role=api hands out no registry credential")
 	}
 	if c.registryAuthDir != "" && c.pullSecret != "" {
 		return errors.New("--registry-auth-dir (sless's registry) and --pull-secret-file (your own) exclude each other")

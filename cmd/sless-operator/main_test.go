@@ -79,6 +79,15 @@ func TestOperatorBinary(t *testing.T) {
 			t.Errorf("found only %d args in manager.yaml", n)
 		}
 	})
+	t.Run("the API takes no registry key", func(t *testing.T) {
+		for _, flag := range []string{"--registry-auth-dir", "--pull-secret-file"} {
+			out, err := exec.Command(bin, "--role", "api", "--registry", "r:5000", "--runtime", "python3.11=r/x@sha256:1",
+				"--hs256-secret-file", "/nonexistent", flag, t.TempDir()).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "--role=api hands out no registry credential") {
+				t.Errorf("--role api %s: %v\n%s", flag, err, out)
+			}
+		}
+	})
 	t.Run("credentials from the environment never reach a usage message", func(t *testing.T) {
 		cmd := exec.Command(bin, "--no-such-flag")
 		cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://sless:hunter2-db@db:5432/sless", "PIP_INDEX_URL=https://u:hunter2-pip@pypi.example/simple",

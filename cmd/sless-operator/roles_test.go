@@ -21,9 +21,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/api/apiv1"
@@ -73,9 +70,6 @@ func (p *process) exited() bool {
 func TestRolesApart(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx := context.Background()
-	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sless-system"}}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
 	reg, keysDir := testenv.AuthRegistry(t)
 	keys, err := regauth.Load(keysDir)
 	if err != nil {
@@ -93,14 +87,21 @@ func TestRolesApart(t *testing.T) {
 	secret := "0123456789abcdef0123456789abcdef-roles"
 	os.WriteFile(filepath.Join(dir, "secret"), []byte(secret), 0o600)
 	codeDir := filepath.Join(dir, "code") // shared by every process, as S3 would be
-	kubeconfig := env.Kubeconfig(t)
+	// Each role as the install's account for it, with its role and admission policies: what
+	// either needs and RBAC or admission refuses fails here.
+	env.InstallRBAC(t, "../../operator/config/rbac")
+	kubeconfig := map[string]string{"api": env.ServiceAccountKubeconfig(t, "sless-system", "sless-api"),
+		"controller": env.ServiceAccountKubeconfig(t, "sless-system", "sless-controller")}
 	start := func(name, role string, extra ...string) *process {
 		p := &process{name: name, addr: testenv.FreeAddr(t), done: make(chan struct{})}
 		args := append([]string{"--role", role, "--listen", p.addr, "--public-url", "http://" + p.addr, "--registry", reg, "--code-dir", codeDir,
-			"--hs256-secret-file", filepath.Join(dir, "secret"), "--runtime", "python3.11=" + ref.Context().Digest(d.String()).String(),
-			"--registry-auth-dir", keysDir}, extra...)
+			"--hs256-secret-file", filepath.Join(dir, "secret"), "--runtime", "python3.11=" + ref.Context().Digest(d.String()).String()}, extra...)
+		if role == "controller" {
+			// The registry's keys are the controller's only.
+			args = append(args, "--registry-auth-dir", keysDir)
+		}
 		p.cmd = exec.Command(bin, args...)
-		p.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		p.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig[role])
 		p.cmd.Stdout, p.cmd.Stderr = p, p
 		if err := p.cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -23,16 +23,22 @@ func start(ctx context.Context, cfg *config) error {
 	if err != nil {
 		return err
 	}
-	creds, err := cfg.registryCredentials()
-	if err != nil {
-		return err
+	// The registry's keys are the controller's only: the API writes no pull secret and pushes
+	// nothing.
+	var creds *registryCreds
+	var pull func(string) []byte
+	if cfg.runsControllers() {
+		if creds, err = cfg.registryCredentials(); err != nil {
+			return err
+		}
+		pull = creds.tenantPull
 	}
 	// Only the controllers elect a leader: every API replica serves.
 	mgr, err := newManager(cfg.runsControllers() && cfg.leaderElect, cfg.operatorNS)
 	if err != nil {
 		return err
 	}
-	tenant := resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: creds.tenantPull,
+	tenant := resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: pull,
 		DepsEgress: splitList(cfg.egress), IndexProxyPort: cfg.proxyPort(), Quota: cfg.tenantQuota()}
 	builds := build.NewMetrics()
 	var scaler *controllers.Scaler

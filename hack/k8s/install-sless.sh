@@ -143,6 +143,12 @@ YAML
 log "kubectl apply -k (CRDs, RBAC, the sless-api and sless-controller Deployments, Services)"
 # The single sless-operator Deployment of earlier installs is replaced by the two.
 kc -n sless-system delete deploy/sless-operator networkpolicy/sless-operator --ignore-not-found --wait=false >/dev/null 2>&1 || true
+# So are the single account, role and admission policies of earlier installs (sless-api and
+# sless-controller have their own now).
+kc delete clusterrolebinding/sless-operator clusterrole/sless-operator validatingadmissionpolicybinding/sless-operator-namespace-deletes \
+  validatingadmissionpolicybinding/sless-operator-tenant-updates validatingadmissionpolicy/sless-operator-namespace-deletes \
+  validatingadmissionpolicy/sless-operator-tenant-updates --ignore-not-found >/dev/null 2>&1 || true
+kc -n sless-system delete serviceaccount/sless-operator rolebinding/sless-operator role/sless-operator --ignore-not-found >/dev/null 2>&1 || true
 kc apply -k "$OVERLAY/e2e" >/dev/null
 # A changed ConfigMap or Secret alone does not restart the pods; the image digest usually changes with it.
 kc -n sless-system rollout restart deploy/sless-api deploy/sless-controller >/dev/null

@@ -20,6 +20,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -47,6 +48,7 @@ type Env struct {
 	// RegistryKeys derive every other identity's credential (regauth).
 	RegistryKeys *regauth.Keys
 	Kube         client.Client
+	KubeConfig   *rest.Config         // Kube's: the cluster's admin
 	Kubectl      []string             // kubectl with the admin kubeconfig
 	Code         *codestore.S3        // the code store the operator uses
 	S3Endpoint   string               // MinIO's URL (on the bridge address)
@@ -199,6 +201,7 @@ func Start(log io.Writer) (_ *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
+	e.KubeConfig = cfg
 	if e.Kube, err = client.New(cfg, client.Options{Scheme: kubetest.Scheme()}); err != nil {
 		return nil, err
 	}
@@ -262,4 +265,14 @@ func up(dir string) bool {
 	}
 	body, err := c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
 	return err == nil && string(body) == "ok"
+}
+
+// ServiceAccount is a client acting as service account ns/name (the admin impersonates it, with
+// the groups the API server gives a service account's token), for what RBAC and admission let
+// that account do.
+func (e *Env) ServiceAccount(ns, name string) (client.Client, error) {
+	cfg := rest.CopyConfig(e.KubeConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
+	return client.New(cfg, client.Options{Scheme: kubetest.Scheme()})
 }

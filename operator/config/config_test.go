@@ -1,7 +1,12 @@
 package config_test
 
 import (
+	"os"
+	"strings"
 	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/sless-dev/sless/internal/kubetest"
 )
@@ -11,7 +16,43 @@ import (
 // first (the leader election's Role and the service account live in it).
 func TestManifestsApply(t *testing.T) {
 	env := kubetest.Start(t)
-	for _, f := range []string{"manager/manager.yaml", "rbac/role.yaml", "rbac/role_binding.yaml", "rbac/namespace_deletes.yaml", "rbac/tenant_updates.yaml", "rbac/service_account.yaml"} {
-		applyFile(t, env.Client, f)
+	env.Apply(t, "manager/manager.yaml")
+	env.Apply(t, kubetest.Kustomized(t, "rbac")...)
+}
+
+// Each workload runs as its own account, and the public one holds no registry key: the API derives
+// no credential (the controller writes every pull secret), so code execution in it yields none.
+func TestWorkloadsRunAsTheirOwnAccounts(t *testing.T) {
+	b, err := os.ReadFile("manager/manager.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var d appsv1.Deployment
+		if err := sigsyaml.Unmarshal([]byte(doc), &d); err != nil || d.Kind != "Deployment" {
+			continue
+		}
+		seen[d.Name] = true
+		spec := d.Spec.Template.Spec
+		if spec.ServiceAccountName != d.Name {
+			t.Errorf("%s runs as %q, want its own account %q", d.Name, spec.ServiceAccountName, d.Name)
+		}
+		if d.Name != "sless-api" {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Secret != nil && v.Secret.SecretName == "sless-registry-auth" {
+				t.Errorf("sless-api mounts the registry's keys (volume %s)", v.Name)
+			}
+		}
+		for _, a := range spec.Containers[0].Args {
+			if strings.HasPrefix(a, "--registry-auth-dir") || strings.HasPrefix(a, "--pull-secret-file") {
+				t.Errorf("sless-api is given %s", a)
+			}
+		}
+	}
+	if !seen["sless-api"] || !seen["sless-controller"] {
+		t.Errorf("manager.yaml's Deployments: %v", seen)
 	}
 }

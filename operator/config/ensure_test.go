@@ -28,8 +28,8 @@ func pullConfig(auth string, functions int64) resources.TenantConfig {
 		DockerConfigJSON: func(string) []byte { return []byte(`{"auths":{"r":{"auth":"` + auth + `"}}}`) }}
 }
 
-// As the operator's service account, with the install's role and admission policies: the API's
-// Ensure creates a tenant namespace and answers once the controller's TenantReconciler (in a
+// As the install's accounts (sless-api, sless-controller), with their roles and the admission
+// policies: the API's Ensure creates a tenant namespace and answers once the controller's TenantReconciler (in a
 // manager, with the operator's cache) has provisioned it; a restarted controller brings it up to
 // date (new quota, rotated pull secret) without the right to read a Secret, list a quota or watch
 // a network policy, and an update of an object sless does not manage is refused by the API server,
@@ -38,15 +38,13 @@ func TestOperatorEnsuresTenantsWithItsRole(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx := context.Background()
 	admin := env.Client
-	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sless-system"}}); err != nil {
-		t.Fatal(err)
-	}
-	op := operatorClient(t, env)
+	api := accountClient(t, env, apiAccount)
+	ctl := accountClient(t, env, controllerAccount)
 	ns := "sless-0000000000000ab5"
 	// The controller: the TenantReconciler in a manager acting as the operator's service account,
 	// caching only tenant namespaces as the operator's manager does; restarted for each
 	// configuration, as the operator is when its flags change.
-	opConfig := operatorConfig(t, env)
+	opConfig := accountConfig(t, env, controllerAccount)
 	stop := func() {}
 	defer func() { stop() }()
 	controller := func(cfg resources.TenantConfig) {
@@ -71,7 +69,7 @@ func TestOperatorEnsuresTenantsWithItsRole(t *testing.T) {
 	// ensure is the API's: it creates the namespace and waits for the controller.
 	ensure := func(cfg resources.TenantConfig) error {
 		t.Helper()
-		b, err := kubestore.New(op, kubestore.WithTenant(cfg))
+		b, err := kubestore.New(api, kubestore.WithTenant(cfg))
 		if err != nil {
 			return err
 		}
@@ -108,8 +106,10 @@ func TestOperatorEnsuresTenantsWithItsRole(t *testing.T) {
 	if err := ensure(pullConfig("one", 0)); err != nil {
 		t.Fatalf("the operator creating a tenant: %v", err)
 	}
-	if err := op.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.PullSecret}, &corev1.Secret{}); !apierrors.IsForbidden(err) {
-		t.Errorf("the operator read the pull secret: %v", err)
+	for _, c := range []client.Client{api, ctl} {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.PullSecret}, &corev1.Secret{}); !apierrors.IsForbidden(err) {
+			t.Errorf("sless read the pull secret: %v", err)
+		}
 	}
 
 	// The admission policy is enforced once the API server has loaded it: wait until it refuses
@@ -121,7 +121,7 @@ func TestOperatorEnsuresTenantsWithItsRole(t *testing.T) {
 	var err error
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err = op.Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "theirs", Namespace: ns}, StringData: map[string]string{"k": "operator"}})
+		err = ctl.Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "theirs", Namespace: ns}, StringData: map[string]string{"k": "operator"}})
 		if err != nil || time.Now().After(deadline) {
 			break
 		}

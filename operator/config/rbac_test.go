@@ -1,35 +1,38 @@
 package config_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/sless-dev/sless/internal/kubetest"
+	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
+	"github.com/sless-dev/sless/operator/resources"
+	"github.com/sless-dev/sless/runspec"
 )
 
-// The generated role reads no Secret anywhere: the operator creates and replaces tenants' pull
-// secrets (an update sends the whole object and returns nothing of the old one) and reads its own
-// from mounted files.
-func TestRoleReadsNoSecrets(t *testing.T) {
-	b, err := os.ReadFile("rbac/role.yaml")
+// The install's two accounts.
+const (
+	apiAccount        = "sless-api"
+	controllerAccount = "sless-controller"
+)
+
+func readRole(t *testing.T, f string) rbacv1.ClusterRole {
+	t.Helper()
+	b, err := os.ReadFile(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,186 +40,324 @@ func TestRoleReadsNoSecrets(t *testing.T) {
 	if err := sigsyaml.Unmarshal(b, &role); err != nil {
 		t.Fatal(err)
 	}
+	return role
+}
+
+// grants lists "verb resource" for every rule of role (apiGroup prefixed when not core).
+func grants(role rbacv1.ClusterRole) map[string]bool {
+	out := map[string]bool{}
 	for _, r := range role.Rules {
-		for _, res := range r.Resources {
-			if res != "secrets" && res != "*" {
-				continue
-			}
-			for _, v := range r.Verbs {
-				if v != "create" && v != "update" {
-					t.Errorf("the operator's role grants %s on %s", v, res)
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					name := res
+					if g != "" {
+						name = g + "/" + res
+					}
+					out[v+" "+name] = true
 				}
+			}
+		}
+	}
+	return out
+}
+
+// Neither role reads a Secret anywhere: Secrets are created and replaced whole (an update returns
+// nothing of the old one), and each process reads its own from mounted files.
+func TestRolesReadNoSecrets(t *testing.T) {
+	for _, f := range []string{"rbac/api_role.yaml", "rbac/controller_role.yaml"} {
+		for g := range grants(readRole(t, f)) {
+			verb, res, _ := strings.Cut(g, " ")
+			if (res == "secrets" || strings.HasSuffix(res, "*")) && verb != "create" && verb != "update" {
+				t.Errorf("%s grants %s", f, g)
 			}
 		}
 	}
 }
 
-// Pod logs (GET …/logs, and the logs the controller keeps of stopping pods) are read, nothing
-// more: no exec, attach, port-forward or proxy into tenant pods, no writes to logs.
-func TestRoleReadsPodLogsOnly(t *testing.T) {
-	b, err := os.ReadFile("rbac/role.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var role rbacv1.ClusterRole
-	if err := sigsyaml.Unmarshal(b, &role); err != nil {
-		t.Fatal(err)
-	}
-	logs := false
-	for _, r := range role.Rules {
-		for _, res := range r.Resources {
+// Pod logs are read, nothing more: no exec, attach, port-forward or proxy into tenant pods.
+func TestRolesReadPodLogsOnly(t *testing.T) {
+	for _, f := range []string{"rbac/api_role.yaml", "rbac/controller_role.yaml"} {
+		logs := false
+		for g := range grants(readRole(t, f)) {
+			verb, res, _ := strings.Cut(g, " ")
 			switch {
 			case res == "pods/log":
 				logs = true
-				if len(r.Verbs) != 1 || r.Verbs[0] != "get" {
-					t.Errorf("the operator's role grants %v on pods/log, want get only", r.Verbs)
+				if verb != "get" {
+					t.Errorf("%s grants %s", f, g)
 				}
-			case strings.HasPrefix(res, "pods/") || res == "*":
-				t.Errorf("the operator's role grants %v on %s", r.Verbs, res)
+			case strings.HasPrefix(res, "pods/") || strings.Contains(res, "*"):
+				t.Errorf("%s grants %s", f, g)
 			}
 		}
-	}
-	if !logs {
-		t.Error("the operator's role cannot read pod logs")
+		if !logs {
+			t.Errorf("%s cannot read pod logs", f)
+		}
 	}
 }
 
-// As the operator's service account, on a real kube-apiserver with the install's role, binding and
-// admission policy: it cannot read a Secret, and it can delete a namespace only if it manages it.
-func TestOperatorIdentityIsBounded(t *testing.T) {
+// The public API's account makes no workload, patches no pod, writes no ConfigMap, reads no
+// Secret, and cannot touch RBAC or admission: what it may write is the tenant-facing objects.
+func TestAPIRoleIsNarrow(t *testing.T) {
+	g := grants(readRole(t, "rbac/api_role.yaml"))
+	for _, bad := range []string{"create batch/jobs", "create batch/cronjobs", "create apps/deployments", "patch pods", "update pods",
+		"create configmaps", "update configmaps", "get secrets", "list secrets", "watch secrets", "create pods", "create services",
+		"create networking.k8s.io/networkpolicies", "update limitranges"} {
+		if g[bad] {
+			t.Errorf("the API's role grants %s", bad)
+		}
+	}
+	for _, need := range []string{"create sless.dev/functions", "create namespaces", "delete namespaces", "get pods/log", "create secrets", "update secrets"} {
+		if !g[need] {
+			t.Errorf("the API's role lacks %s", need)
+		}
+	}
+	for _, f := range []string{"rbac/api_role.yaml", "rbac/controller_role.yaml"} {
+		for g := range grants(readRole(t, f)) {
+			if strings.Contains(g, "rbac.authorization.k8s.io") || strings.Contains(g, "admissionregistration") || strings.Contains(g, "serviceaccounts") {
+				t.Errorf("%s grants %s", f, g)
+			}
+		}
+	}
+}
+
+// As each of the install's accounts, on a real kube-apiserver with the install's roles, bindings
+// and admission policies: what an attacker with code execution in sless-api or sless-controller
+// would try first is Forbidden — a Job mounting a Secret in a namespace sless does not manage, a
+// pod patch there, a ConfigMap update and a Secret create in kube-system, the install's own
+// configuration — and so is everything that would reach past a tenant from inside one: a pod
+// template naming another service account, mounting a tenant's Secret, a hostPath, host
+// namespaces or privilege. What sless does itself still passes. The accounts are found through
+// their roles, not their names: the same install bound to accounts of another name and namespace
+// is held to the same.
+func TestAccountsAreBounded(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx := context.Background()
 	admin := env.Client
-	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sless-system"}}); err != nil {
-		t.Fatal(err)
-	}
-	op := operatorClient(t, env)
-	managed := map[string]string{"app.kubernetes.io/managed-by": "sless-operator"}
-	for _, ns := range []*corev1.Namespace{
-		{ObjectMeta: metav1.ObjectMeta{Name: "sless-0000000000000ab1", Labels: managed}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "kube-victim"}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "sless-0000000000000ab2", Labels: managed}},
-	} {
-		if err := admin.Create(ctx, ns); err != nil {
+	installRBAC(t, env)
+	managed := map[string]string{runspec.LabelManagedBy: runspec.ManagedBy}
+	tenant := "sless-0000000000000ab1"
+	mustCreate := func(o client.Object) {
+		t.Helper()
+		if err := admin.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
 	}
-	admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-password", Namespace: "kube-victim"}, StringData: map[string]string{"p": "x"}})
+	mustCreate(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant, Labels: managed}})
+	mustCreate(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "platform"}})
+	if err := kubetest.PlantVictims(ctx, admin, "kube-victim"); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-password", Namespace: tenant}, StringData: map[string]string{"p": "x"}})
+	mustCreate(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "sless-operator", Namespace: "sless-system"}, Data: map[string]string{"OPERATOR_IMAGE": "ours"}})
+	mustCreate(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "f-1", Namespace: tenant, Labels: resources.Labels("f", runspec.RoleFunction)},
+		Spec: corev1.PodSpec{NodeName: "nowhere", Containers: []corev1.Container{{Name: "function", Image: "fn"}}}})
+	// The same roles bound to accounts of another name, in another namespace: a second install.
+	for _, b := range []struct{ role, account string }{{apiAccount, "front"}, {controllerAccount, "back"}} {
+		mustCreate(&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "platform-" + b.account},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: b.role},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "platform", Name: b.account}}})
+	}
 
-	if err := op.Get(ctx, client.ObjectKey{Namespace: "kube-victim", Name: "db-password"}, &corev1.Secret{}); !apierrors.IsForbidden(err) {
-		t.Errorf("the operator read another namespace's Secret: %v", err)
+	jobIn := func(ns, secret string, edit func(*corev1.PodSpec)) func(context.Context, client.Client) error {
+		return func(ctx context.Context, c client.Client) error {
+			return c.Create(ctx, kubetest.VictimJob(ns, secret, edit))
+		}
 	}
-	if err := op.List(ctx, &corev1.SecretList{}); !apierrors.IsForbidden(err) {
-		t.Errorf("the operator listed Secrets: %v", err)
+	// Every sless account, wherever installed.
+	attacks := kubetest.EscapeAttacks("kube-victim")
+	for _, a := range []struct {
+		name string
+		do   func(context.Context, client.Client) error
+	}{
+		{"the install's configuration", func(ctx context.Context, c client.Client) error {
+			return c.Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "sless-operator", Namespace: "sless-system"}, Data: map[string]string{"OPERATOR_IMAGE": "evil"}})
+		}},
+		{"a Secret in its own namespace", func(ctx context.Context, c client.Client) error {
+			return c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sless-jwt", Namespace: "sless-system",
+				Labels: map[string]string{runspec.LabelTenantSecret: "true", runspec.LabelManagedBy: runspec.ManagedBy}}})
+		}},
+		{"a namespace sless does not manage", func(ctx context.Context, c client.Client) error {
+			return c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-victim"}})
+		}},
+		{"an unlabelled namespace", func(ctx context.Context, c client.Client) error {
+			return c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sless-unlabelled"}})
+		}},
+		// Inside a tenant: nothing that reaches past it.
+		{"a Job mounting a tenant's Secret", jobIn(tenant, "db-password", nil)},
+		{"a Job as another service account", jobIn(tenant, "steal-push-abcde", func(s *corev1.PodSpec) { s.ServiceAccountName = "admin" })},
+		{"a Job with a service account token", jobIn(tenant, "steal-push-abcde", func(s *corev1.PodSpec) { s.AutomountServiceAccountToken = nil })},
+		{"a Job on the host's network", jobIn(tenant, "steal-push-abcde", func(s *corev1.PodSpec) { s.HostNetwork = true })},
+		{"a Job with the host's PIDs", jobIn(tenant, "steal-push-abcde", func(s *corev1.PodSpec) { s.HostPID = true })},
+		{"a Job mounting a hostPath", jobIn(tenant, "steal-push-abcde", func(s *corev1.PodSpec) {
+			s.Volumes = append(s.Volumes, corev1.Volume{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
+		})},
+		{"a privileged Job", jobIn(tenant, "steal-push-abcde", func(s *corev1.PodSpec) {
+			yes := true
+			s.Containers[0].SecurityContext.Privileged, s.Containers[0].SecurityContext.AllowPrivilegeEscalation = &yes, &yes
+		})},
+		{"a Job with an added capability", jobIn(tenant, "steal-push-abcde", func(s *corev1.PodSpec) {
+			s.Containers[0].SecurityContext.Capabilities = &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}
+		})},
+		{"a Job reading a Secret through its environment", jobIn(tenant, "steal-push-abcde", func(s *corev1.PodSpec) {
+			s.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db-password"}}}}
+		})},
+		{"a pod's spec changed", func(ctx context.Context, c client.Client) error {
+			return c.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "f-1", Namespace: tenant}},
+				client.RawPatch(types.StrategicMergePatchType, []byte(`{"spec":{"containers":[{"name":"function","image":"evil"}]}}`)))
+		}},
+		{"a tenant Secret overwritten with an unlabelled one", func(ctx context.Context, c client.Client) error {
+			return c.Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-password", Namespace: tenant}, StringData: map[string]string{"p": "evil"}})
+		}},
+	} {
+		attacks = append(attacks, kubetest.Attack{Name: a.name, Do: a.do})
 	}
-	pull := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sless-registry", Namespace: "sless-0000000000000ab1"},
+	accounts := []struct{ ns, name string }{{"sless-system", apiAccount}, {"sless-system", controllerAccount}, {"platform", "front"}, {"platform", "back"}}
+	clients := map[string]client.Client{}
+	for _, a := range accounts {
+		c, err := client.New(env.ServiceAccount(t, a.ns, a.name), client.Options{Scheme: env.Scheme})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[a.ns+"/"+a.name] = c
+	}
+	ctl := clients["sless-system/"+controllerAccount]
+	// Each policy is enforced once the API server has loaded it.
+	waitEnforced(t, func() error { return jobIn("kube-victim", kubetest.VictimSecret, nil)(ctx, ctl) }, admin, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "steal", Namespace: "kube-victim"}})
+	waitEnforced(t, func() error { return jobIn(tenant, "db-password", nil)(ctx, ctl) }, admin, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "steal", Namespace: tenant}})
+
+	for _, a := range accounts {
+		c := clients[a.ns+"/"+a.name]
+		for _, at := range attacks {
+			if err := at.Do(ctx, c); !kubetest.Refused(err) {
+				t.Errorf("%s/%s: %s: %v, want Forbidden", a.ns, a.name, at.Name, err)
+			}
+		}
+	}
+
+	// What each does itself still passes.
+	pull := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: resources.PullSecret, Namespace: tenant, Labels: managed},
 		Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`)}}
-	if err := op.Create(ctx, pull); err != nil {
-		t.Errorf("the operator cannot create a tenant's pull secret: %v", err)
+	tenantSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "api-key", Namespace: tenant, Labels: map[string]string{runspec.LabelTenantSecret: "true"}},
+		StringData: map[string]string{"k": "v"}}
+	for _, a := range []struct {
+		who  string
+		name string
+		do   func(ctx context.Context, c client.Client) error
+	}{
+		{"sless-system/" + apiAccount, "a tenant namespace", func(ctx context.Context, c client.Client) error {
+			return c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sless-0000000000000ab2", Labels: managed}})
+		}},
+		{"sless-system/" + apiAccount, "a tenant's Secret", func(ctx context.Context, c client.Client) error { return c.Create(ctx, tenantSecret.DeepCopy()) }},
+		{"sless-system/" + apiAccount, "a tenant's Secret replaced", func(ctx context.Context, c client.Client) error { return c.Update(ctx, tenantSecret.DeepCopy()) }},
+		{"sless-system/" + apiAccount, "a tenant namespace deleted", func(ctx context.Context, c client.Client) error {
+			return c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sless-0000000000000ab2"}})
+		}},
+		{"sless-system/" + controllerAccount, "a tenant's pull secret", func(ctx context.Context, c client.Client) error { return c.Create(ctx, pull.DeepCopy()) }},
+		{"sless-system/" + controllerAccount, "a tenant's pull secret replaced", func(ctx context.Context, c client.Client) error { return c.Update(ctx, pull.DeepCopy()) }},
+		{"sless-system/" + controllerAccount, "a deps Job and its push credential", func(ctx context.Context, c client.Client) error {
+			j, cm := resources.MakeDepsJob(resources.DepsJob{Namespace: tenant, Name: "f-deps-1", Function: "f", RuntimeImage: "rt", Argv: []string{"pip"},
+				OperatorImage: "op", PushTo: "r/sless/deps/k:latest", DepsDir: "/app/deps", PushSecret: "f-deps-1-push-abcde"})
+			resources.PolicyGate(&j.Spec.Template.Spec, "op")
+			for _, o := range []client.Object{cm, j} {
+				if err := c.Create(ctx, o); err != nil {
+					return err
+				}
+			}
+			return c.Create(ctx, resources.DepsPushSecret(j, "f-deps-1-push-abcde", []byte(`{"auths":{}}`)))
+		}},
+		{"sless-system/" + controllerAccount, "a function's Deployment, job and CronJob", func(ctx context.Context, c client.Client) error {
+			fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "f", UID: "u1"}, Spec: slessv1.FunctionSpec{Runtime: "python3.11", MemoryMB: 128, TimeoutSec: 5}}
+			fj := &slessv1.FunctionJob{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "run", UID: "u2"}}
+			tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "every", UID: "u3"}, Spec: slessv1.TriggerSpec{Schedule: "* * * * *"}}
+			d := resources.MakeDeployment(fn, "r/f@sha256:1", 1)
+			j := resources.MakeJob(fj, fn, "r/f@sha256:1")
+			cj := resources.MakeCronJob(tr, fn, "r/f@sha256:1")
+			for _, spec := range []*corev1.PodSpec{&d.Spec.Template.Spec, &j.Spec.Template.Spec, &cj.Spec.JobTemplate.Spec.Template.Spec} {
+				resources.PolicyGate(spec, "op")
+			}
+			for _, o := range []client.Object{d, j, cj} {
+				o.SetOwnerReferences(nil) // the owners are not in this cluster
+				if err := c.Create(ctx, o); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		// The control for the Job attacks above: the same Job, none of their changes, passes.
+		{"sless-system/" + controllerAccount, "a Job mounting the Secret made for it", jobIn(tenant, "steal-push-abcde", nil)},
+		{"sless-system/" + controllerAccount, "a function pod annotated", func(ctx context.Context, c client.Client) error {
+			return c.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "f-1", Namespace: tenant}},
+				client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"controller.kubernetes.io/pod-deletion-cost":"-1"}}}`)))
+		}},
+		{"sless-system/" + controllerAccount, "its dependency pins", func(ctx context.Context, c client.Client) error {
+			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "sless-deps-pins", Namespace: "sless-system"}})
+		}},
+	} {
+		if err := a.do(ctx, clients[a.who]); err != nil {
+			t.Errorf("%s: %s: %v", a.who, a.name, err)
+		}
 	}
 
 	// Pod logs are readable; a shell in a tenant's pod is not.
-	for _, a := range []struct {
-		verb, sub string
-		want      bool
-	}{{"get", "log", true}, {"create", "exec", false}, {"get", "exec", false}, {"create", "attach", false}, {"create", "portforward", false}} {
-		rev := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Namespace: "sless-0000000000000ab1", Verb: a.verb, Resource: "pods", Subresource: a.sub}}}
-		if err := op.Create(ctx, rev); err != nil {
-			t.Fatal(err)
+	for _, who := range []string{"sless-system/" + apiAccount, "sless-system/" + controllerAccount} {
+		for _, a := range []struct {
+			verb, sub string
+			want      bool
+		}{{"get", "log", true}, {"create", "exec", false}, {"get", "exec", false}, {"create", "attach", false}, {"create", "portforward", false}} {
+			rev := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: tenant, Verb: a.verb, Resource: "pods", Subresource: a.sub}}}
+			if err := clients[who].Create(ctx, rev); err != nil {
+				t.Fatal(err)
+			}
+			if rev.Status.Allowed != a.want {
+				t.Errorf("%s may %s pods/%s: %v, want %v", who, a.verb, a.sub, rev.Status.Allowed, a.want)
+			}
 		}
-		if rev.Status.Allowed != a.want {
-			t.Errorf("the operator may %s pods/%s: %v, want %v", a.verb, a.sub, rev.Status.Allowed, a.want)
+		if err := clients[who].Get(ctx, client.ObjectKey{Namespace: tenant, Name: "db-password"}, &corev1.Secret{}); !apierrors.IsForbidden(err) {
+			t.Errorf("%s read a Secret: %v", who, err)
 		}
 	}
+	// An administrator is not bound by any of it.
+	if err := admin.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-victim"}}); err != nil {
+		t.Errorf("an administrator deleting a namespace: %v", err)
+	}
+}
 
-	// The policy is enforced once the API server has loaded it: wait for the first refusal.
-	var err2 error
+// waitEnforced waits until the API server has loaded the admission policies: try is refused (what
+// it made before that, obj, is deleted again).
+func waitEnforced(t *testing.T, try func() error, admin client.Client, obj client.Object) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err2 = op.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-victim"}})
-		if err2 != nil || time.Now().After(deadline) {
-			break
-		}
-		// Not enforced yet and the delete went through: put the namespace back and try again.
-		waitGone(t, admin, "kube-victim")
-		admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-victim"}})
-		time.Sleep(200 * time.Millisecond)
-	}
-	if !apierrors.IsForbidden(err2) && !apierrors.IsInvalid(err2) || !strings.Contains(err2.Error(), "only the tenant namespaces it manages") {
-		t.Fatalf("deleting a namespace it does not manage: %v", err2)
-	}
-	if err := op.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sless-0000000000000ab2"}}); err != nil {
-		t.Errorf("deleting a tenant namespace it manages: %v", err)
-	}
-	// An administrator is not bound by it.
-	if err := admin.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-victim"}}); err != nil {
-		t.Errorf("an administrator deleting the namespace: %v", err)
-	}
-}
-
-// operatorClient installs the operator's role, binding and admission policies and returns a
-// client with the operator's identity.
-func operatorClient(t *testing.T, env *kubetest.Env) client.Client {
-	t.Helper()
-	op, err := client.New(operatorConfig(t, env), client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return op
-}
-
-// operatorConfig installs the operator's role and admission policies and returns a configuration
-// that acts as its service account.
-func operatorConfig(t *testing.T, env *kubetest.Env) *rest.Config {
-	t.Helper()
-	for _, f := range []string{"rbac/role.yaml", "rbac/service_account.yaml", "rbac/role_binding.yaml", "rbac/namespace_deletes.yaml", "rbac/tenant_updates.yaml"} {
-		applyFile(t, env.Client, f)
-	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sless-system:sless-operator",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:sless-system", "system:authenticated"}}
-	return cfg
-}
-
-func waitGone(t *testing.T, c client.Client, ns string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		var n corev1.Namespace
-		err := c.Get(context.Background(), client.ObjectKey{Name: ns}, &n)
-		if apierrors.IsNotFound(err) {
+		err := try()
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
 			return
 		}
-		if err == nil && len(n.Spec.Finalizers) > 0 {
-			// envtest runs no namespace controller: finish the deletion by hand.
-			n.Spec.Finalizers = nil
-			c.SubResource("finalize").Update(context.Background(), &n)
+		if err != nil && !apierrors.IsAlreadyExists(err) || time.Now().After(deadline) {
+			t.Fatalf("the admission policies are not enforced: %v", err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		admin.Delete(context.Background(), obj)
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
-func applyFile(t *testing.T, c client.Client, f string) {
+// installRBAC applies the install's accounts, roles, bindings and admission policies.
+func installRBAC(t *testing.T, env *kubetest.Env) { env.InstallRBAC(t, "rbac") }
+
+// accountConfig installs the RBAC and returns a configuration that acts as the install's account.
+func accountConfig(t *testing.T, env *kubetest.Env, account string) *rest.Config {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(".", f))
+	installRBAC(t, env)
+	return env.ServiceAccount(t, "sless-system", account)
+}
+
+func accountClient(t *testing.T, env *kubetest.Env, account string) client.Client {
+	t.Helper()
+	c, err := client.New(accountConfig(t, env, account), client.Options{Scheme: env.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-	for {
-		var u unstructured.Unstructured
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			t.Fatalf("%s: %v", f, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := c.Create(context.Background(), &u); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("%s: %s %s: %v", f, u.GetKind(), u.GetName(), err)
-		}
-	}
+	return c
 }

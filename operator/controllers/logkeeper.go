@@ -31,6 +31,9 @@ import (
 //     the previous container's log only);
 //   - a pod stopping while the leader changes: the old leader saves what it had read when it
 //     stepped down; the new one reads the pod again only if it is still there.
+// The keeper reads pod logs (kubestore.Logs.FollowPod) as the controller.
+// +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
+
 type LogKeeper struct {
 	// Informers gives the watch on pods (the manager's cache, which holds only function pods).
 	Informers cache.Informers

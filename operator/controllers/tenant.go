@@ -195,7 +195,7 @@ func ensureObject[T client.Object](ctx context.Context, c client.Client, want, c
 // ensurePullSecret writes the pull secret when it is missing or, as the namespace's annotation
 // says, not what it should be now. The operator may create and update Secrets but not read them:
 // the update replaces the whole object (no resourceVersion), so nothing of the old one comes
-// back, and the API server's admission policy (config/rbac/tenant_updates.yaml) refuses it for a
+// back, and the API server's admission policy (config/rbac/admission.yaml) refuses it for a
 // Secret not labelled managed-by sless — then it is left alone, as in ensureObject.
 func ensurePullSecret(ctx context.Context, c client.Client, nsObj *corev1.Namespace, want *corev1.Secret) error {
 	sum := secretHash(want)
