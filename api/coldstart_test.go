@@ -61,6 +61,7 @@ func (s *scaleSource) zero() { s.mu.Lock(); s.list = nil; s.mu.Unlock() }
 
 type scaleEnv struct {
 	url, ns string
+	srv     *api.Server
 	src     *scaleSource
 	stores  *memstore.Stores
 	healthy chan struct{} // closed: the instance answers /health
@@ -105,7 +106,7 @@ func newScaleEnv(t *testing.T, fnHeaders http.Header) *scaleEnv {
 		s.Phase, s.Image, s.Replicas, s.DesiredReplicas = apiv1.PhaseReady, "registry/fn@sha256:x", 0, 0
 	})
 	go func() { time.Sleep(120 * time.Millisecond); once.Do(func() { close(healthy) }) }()
-	return &scaleEnv{url: hs.URL, ns: ns, src: src, stores: stores, healthy: healthy}
+	return &scaleEnv{url: hs.URL, ns: ns, srv: srv, src: src, stores: stores, healthy: healthy}
 }
 
 var timingEntry = regexp.MustCompile(`^(sless-[a-z]+);dur=([0-9]+\.[0-9])$`)
@@ -197,12 +198,7 @@ func TestServerTimingOfAColdRequest(t *testing.T) {
 func TestReplicaGauges(t *testing.T) {
 	e := newScaleEnv(t, nil)
 	metrics := func() string {
-		resp, err := http.Get(e.url + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		_, b := scrape(t, e.srv, "", "")
 		return string(b)
 	}
 	if m := metrics(); strings.Contains(m, "sless_function_replicas{") {

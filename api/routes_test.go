@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -31,7 +32,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 		t.Errorf("readyz: %d", code)
 	}
 	e.Ensure()
-	code, _, b := e.Raw("GET", "/metrics", "", "", nil)
+	code, b := scrape(t, e.Srv, "", "")
 	for _, want := range []string{`sless_http_requests_total{code="200",method="POST",route="/v1/namespaces/{ns}/ensure"} 1`,
 		"sless_http_request_duration_seconds_bucket"} {
 		if code != 200 || !strings.Contains(string(b), want) {
@@ -42,6 +43,70 @@ func TestHealthReadyMetrics(t *testing.T) {
 	problems, err := promlint.New(bytes.NewReader(b)).Lint()
 	if err != nil || len(problems) != 0 {
 		t.Errorf("promlint: %v %+v", err, problems)
+	}
+}
+
+// scrape is GET /metrics of srv's registry on a listener of its own (MetricsHandler, as the
+// binaries serve it), sending send as the bearer token when set.
+func scrape(t *testing.T, srv *api.Server, token, send string) (int, []byte) {
+	t.Helper()
+	hs := httptest.NewServer(api.MetricsHandler(srv.Metrics(), token))
+	defer hs.Close()
+	req, _ := http.NewRequest("GET", hs.URL+"/metrics", nil)
+	if send != "" {
+		req.Header.Set("Authorization", "Bearer "+send)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// The metrics listener with a scrape token: only that token opens it, sent as a bearer token; a
+// tenant's JWT or an "admin" one is refused like no token (401, and not a word of the series).
+// Without a token it serves anyone who reaches it (its address is the protection), and any other
+// path or method is refused.
+func TestMetricsHandlerToken(t *testing.T) {
+	e := apitest.NewEnv(t, apitest.Memstore)
+	e.Ensure()
+	const token = "scrape-0123456789abcdef"
+	for who, send := range map[string]string{"no token": "", "a wrong token": "scrape-0123456789abcdeX", "a prefix": token[:10],
+		"the token twice": token + token, "the tenant's JWT": e.Token, "an admin JWT": apitest.AdminToken(t, apitest.Secret), "a padded token": " " + token} {
+		code, b := scrape(t, e.Srv, token, send)
+		if code != http.StatusUnauthorized || !strings.Contains(string(b), `"unauthenticated"`) || strings.Contains(string(b), "sless_") {
+			t.Errorf("%s: %d %.200s, want 401 unauthenticated", who, code, b)
+		}
+	}
+	if code, b := scrape(t, e.Srv, token, token); code != 200 || !strings.Contains(string(b), "sless_http_requests_total{") {
+		t.Errorf("the scrape token: %d %.200s", code, b)
+	}
+	if code, b := scrape(t, e.Srv, "", ""); code != 200 || !strings.Contains(string(b), "sless_http_requests_total{") {
+		t.Errorf("no token configured: %d %.200s", code, b)
+	}
+	hs := httptest.NewServer(api.MetricsHandler(e.Srv.Metrics(), token))
+	defer hs.Close()
+	resp, err := http.Get(hs.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get("WWW-Authenticate") == "" {
+		t.Error("a 401 without WWW-Authenticate")
+	}
+	for _, tc := range []struct{ method, path string }{{"GET", "/"}, {"GET", "/v1/namespaces/" + e.NS + "/functions"}, {"GET", "/metricsx"}, {"POST", "/metrics"}} {
+		req, _ := http.NewRequest(tc.method, hs.URL+tc.path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if want := map[string]int{"GET": 404, "POST": 405}[tc.method]; resp.StatusCode != want {
+			t.Errorf("%s %s: %d, want %d", tc.method, tc.path, resp.StatusCode, want)
+		}
 	}
 }
 
@@ -66,7 +131,7 @@ func TestMetricsAndHeadersBounded(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	_, _, body := e.Raw("GET", "/metrics", "", "", nil)
+	_, body := scrape(t, e.Srv, "", "")
 	methods := map[string]bool{}
 	for _, line := range strings.Split(string(body), "\n") {
 		if !strings.HasPrefix(line, "sless_http_requests_total{") {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api/apiv1"
@@ -191,8 +190,8 @@ func (s *Server) LoadsHandler(pokes *invoke.Pokes) http.Handler { return s.fn.Lo
 // Invocations is where /fn/ records calls.
 func (s *Server) Invocations() objects.Invocations { return s.b.Invocations }
 
-// Metrics is the registry behind /metrics, for a backend to add its own collectors (the build
-// pipeline's, when it runs in the same process).
+// Metrics is the registry the server's metrics are on, for a backend to add its own collectors
+// (the build pipeline's, when it runs in the same process) and to serve with MetricsHandler.
 func (s *Server) Metrics() *prometheus.Registry { return s.metrics.reg }
 
 // routes is the whole router in one place.
@@ -211,7 +210,8 @@ func (s *Server) routes() *mux.Router {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet)
-	r.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})).Methods(http.MethodGet)
+	// No /metrics here: its series name every tenant's namespace and functions. MetricsHandler
+	// serves them on a listener of their own.
 	r.HandleFunc("/openapi.json", serveOpenAPI).Methods(http.MethodGet)
 
 	v1 := r.PathPrefix("/v1/namespaces/{ns}").Subrouter()

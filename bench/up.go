@@ -140,8 +140,12 @@ func startSlessUp(ctx context.Context, work, slessBin, name string, extra ...str
 	if err != nil {
 		return nil, nil, err
 	}
+	metrics, err := ports.Free()
+	if err != nil {
+		return nil, nil, err
+	}
 	cmd := exec.CommandContext(ctx, slessBin, "up", "--quiet", "--data-dir", data, "--listen", fmt.Sprintf("127.0.0.1:%d", listen),
-		"--registry-listen", fmt.Sprintf("127.0.0.1:%d", reg), "--bases-script", "",
+		"--registry-listen", fmt.Sprintf("127.0.0.1:%d", reg), "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", metrics), "--bases-script", "",
 		"--podman-root", filepath.Join(cacheDir(), "podman"), "--bases-dir", filepath.Join(cacheDir(), "bases"))
 	cmd.Args = append(cmd.Args, extra...)
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard

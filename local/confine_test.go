@@ -252,7 +252,10 @@ func TestConfinementHolds(t *testing.T) {
 	}
 	restoredMetric := func(t *testing.T) int {
 		t.Helper()
-		_, m := u.get("/metrics")
+		code, m := u.Metrics("")
+		if code != 200 {
+			t.Fatalf("/metrics: %d %.300s", code, m)
+		}
 		for _, l := range strings.Split(m, "\n") {
 			if v, ok := strings.CutPrefix(l, `sless_confinement_restored_total{part="iptables"} `); ok {
 				n, _ := strconv.Atoi(v)

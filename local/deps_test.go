@@ -145,7 +145,7 @@ func TestDependencies(t *testing.T) {
 	// of which 1 failed, 6 uploads) and /fn/'s per-function series with the requests; Prometheus's
 	// metrics linter (promtool check metrics) finds nothing.
 	t.Run("metrics", func(t *testing.T) {
-		code, m := u.get("/metrics")
+		code, m := u.Metrics("")
 		if code != 200 {
 			t.Fatalf("/metrics: %d", code)
 		}

@@ -257,7 +257,7 @@ func TestLogsUp(t *testing.T) {
 		call("/cold") // from zero: a cold start
 		// The replica gauges read the status, which follows the start.
 		waitFor(t, 5*time.Second, func() bool { f, _ := u.c.GetFunction(ctx, "talker"); return f.Status.Replicas == 1 }, "status.replicas 1")
-		code, m := u.get("/metrics")
+		code, m := u.Metrics("")
 		if code != 200 {
 			t.Fatalf("/metrics: %d", code)
 		}

@@ -120,7 +120,7 @@ func TestSlessUp(t *testing.T) {
 			t.Errorf("node: %d %s", code, body)
 		}
 		// Both builds are counted on /metrics (the build pipeline observes them).
-		if code, m := u.get("/metrics"); code != 200 || !strings.Contains(m, `sless_builds_total{result="succeeded"} 2`) ||
+		if code, m := u.Metrics(""); code != 200 || !strings.Contains(m, `sless_builds_total{result="succeeded"} 2`) ||
 			!strings.Contains(m, `sless_build_duration_seconds_count{result="succeeded"} 2`) {
 			t.Errorf("build metrics after two builds: %d\n%s", code, grepLines(m, "sless_build"))
 		}

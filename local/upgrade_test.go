@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -115,13 +113,11 @@ func TestUpgradeAdoptsAnEarlierVersion(t *testing.T) {
 	if !strings.HasPrefix(nets, "sless-") || strings.Contains(nets, "\n") {
 		t.Errorf("the function's containers are on %q, want one on the instance's network", nets)
 	}
-	resp, err := http.Get(u.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	code, metrics := u.Metrics("")
+	if code != 200 || !strings.Contains(metrics, "sless_builds_total{") {
+		t.Fatalf("/metrics: %d %.300s", code, metrics)
 	}
-	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, line := range strings.Split(string(metrics), "\n") {
+	for _, line := range strings.Split(metrics, "\n") {
 		// Both results are listed from the start, at 0.
 		if strings.HasPrefix(line, "sless_builds_total{") && !strings.HasSuffix(line, " 0") {
 			t.Errorf("the upgrade built again: %s", line)

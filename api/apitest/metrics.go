@@ -2,9 +2,14 @@ package apitest
 
 import (
 	"context"
+	"net/http"
+	"strings"
 	"testing"
 
+	"github.com/golang-jwt/jwt/v5"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sless-dev/sless/api/apiv1"
 )
 
 // series are the per-function series of the API's registry for function name.
@@ -60,5 +65,42 @@ func testFunctionMetrics(t *testing.T, bk Backend) {
 	}
 	if s := series(t, e, "counted"); len(s) != 0 {
 		t.Errorf("series of a deleted function: %v", s)
+	}
+}
+
+// AdminToken is a token valid for the HS256 secret that claims every privilege an identity
+// provider might grant: sless has no administrator, so it opens no more than a tenant's (a test
+// that something is no tenant's to see uses it besides the tenant's own).
+func AdminToken(t testing.TB, secret []byte) string {
+	return Sign(t, jwt.SigningMethodHS256, secret, Claims("admin", map[string]any{"admin": true, "role": "admin",
+		"roles": []string{"admin"}, "groups": []string{"system:masters"}, "scope": "metrics admin"}), "")
+}
+
+// testMetricsNotPublic: the API's listener answers 404 for /metrics whoever asks (no token, the
+// tenant's, an "admin" one) and names no namespace or function in the answer: the series are
+// every tenant's (MetricsHandler serves them on a listener of their own).
+func testMetricsNotPublic(t *testing.T, bk Backend) {
+	e := NewEnv(t, bk)
+	e.Ensure()
+	e.Function("secret-fn")
+	up, ch := EchoUpstream(t)
+	e.Ready("secret-fn", up.URL)
+	if code, _, b := e.Raw("GET", "/fn/"+e.NS+"/secret-fn/", "", "", nil); code != 200 {
+		t.Fatalf("%d %s", code, b)
+	}
+	<-ch
+	if len(series(t, e, "secret-fn")) == 0 {
+		t.Fatal("the call made no series: nothing to leak")
+	}
+	for who, token := range map[string]string{"no token": "", "the tenant's token": e.Token, "an admin token": AdminToken(t, Secret)} {
+		for _, path := range []string{"/metrics", "/metrics/", "/metrics?format=text"} {
+			code, ecode, b := e.Raw("GET", path, token, "", nil)
+			if code != http.StatusNotFound || ecode != apiv1.CodeNotFound {
+				t.Errorf("GET %s with %s: %d %s, want 404 not_found", path, who, code, ecode)
+			}
+			if strings.Contains(string(b), e.NS) || strings.Contains(string(b), "secret-fn") || strings.Contains(string(b), "sless_") {
+				t.Errorf("GET %s with %s tells: %.300s", path, who, b)
+			}
+		}
 	}
 }

@@ -26,6 +26,7 @@ func Run(t *testing.T, b Backend) {
 		{"ScaleFields", testScaleFields},
 		{"ConcurrencyAndHolding", testConcurrencyAndHolding},
 		{"FunctionMetrics", testFunctionMetrics},
+		{"MetricsNotPublic", testMetricsNotPublic},
 		{"ErrorEnvelopeEverywhere", testErrorEnvelopeEverywhere},
 		{"FunctionQuota", testFunctionQuota},
 		{"InvocationsPaging", testInvocationsPaging},

@@ -25,7 +25,7 @@ import (
 	"github.com/sless-dev/sless/operator/resources"
 )
 
-// apiServer makes the REST API and /fn/ (and the internal loads listener); the returned func
+// apiServer makes the REST API and /fn/ (and the internal loads and metrics listeners); the returned func
 // serves until ctx ends, then drains: /readyz fails, new connections are refused, and the
 // requests in flight (held cold starts included) finish within --drain-timeout.
 func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore.Store, tenant resources.TenantConfig, scaler *controllers.Scaler,
@@ -75,22 +75,32 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 	if history != nil {
 		srv.Metrics().MustRegister(history)
 	}
+	mln, err := c.metrics.Listen(options.OperatorMetricsListen)
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", c.api.Address(options.OperatorListen))
 	if err != nil {
+		mln.Close()
 		return nil, err
 	}
 	var lln net.Listener
 	if c.loadsListen != "" {
 		if lln, err = net.Listen("tcp", c.loadsListen); err != nil {
 			ln.Close()
+			mln.Close()
 			return nil, err
 		}
 	}
-	fmt.Fprintf(os.Stderr, "sless-operator: API and /fn/ on %s\n", ln.Addr())
+	fmt.Fprintf(os.Stderr, "sless-operator: API and /fn/ on %s, metrics on %s\n", ln.Addr(), mln.Addr())
 	return func(ctx context.Context) error {
-		// The loads listener outlives the public one: the autoscaler must see the held requests
-		// this replica still finishes.
+		// The loads and metrics listeners outlive the public one: the autoscaler must see the held
+		// requests this replica still finishes, and Prometheus how the drain goes.
 		lctx, stopLoads := context.WithCancel(context.WithoutCancel(ctx))
+		merr := make(chan error, 1)
+		go func() {
+			merr <- api.Serve(lctx, api.NewHTTPServer("", api.MetricsHandler(srv.Metrics(), c.metricsToken), logger), mln, time.Second)
+		}()
 		lerr := make(chan error, 1)
 		if lln != nil {
 			go func() {
@@ -120,6 +130,9 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 		}
 		if lerr := <-lerr; err == nil && ctx.Err() == nil && lerr != nil {
 			err = fmt.Errorf("serving the loads: %w", lerr)
+		}
+		if merr := <-merr; err == nil && ctx.Err() == nil && merr != nil {
+			err = fmt.Errorf("serving /metrics: %w", merr)
 		}
 		return err
 	}, nil

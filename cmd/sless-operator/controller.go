@@ -13,7 +13,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/sless-dev/sless/api"
@@ -91,7 +90,9 @@ func (c *config) pipeline(code codestore.Store, creds *registryCreds, observe fu
 		build.WithObserver(observe))
 }
 
-// controllerServer serves the controller's /healthz, /readyz (the caches synced) and /metrics.
+// controllerServer serves the controller's /healthz and /readyz (the caches synced) on --listen,
+// and its /metrics (the builds', which name tenants' namespaces) on --metrics-listen, as the API
+// role does.
 func (c *config) controllerServer(mgr ctrl.Manager, builds *build.Metrics, logger *slog.Logger) (func(context.Context) error, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(builds, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -105,13 +106,30 @@ func (c *config) controllerServer(mgr ctrl.Manager, builds *build.Metrics, logge
 		}
 		io.WriteString(w, "ok\n")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	ln, err := net.Listen("tcp", c.api.Address(options.OperatorListen))
+	mln, err := c.metrics.Listen(options.OperatorMetricsListen)
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(os.Stderr, "sless-operator: controller health and metrics on %s\n", ln.Addr())
+	ln, err := net.Listen("tcp", c.api.Address(options.OperatorListen))
+	if err != nil {
+		mln.Close()
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "sless-operator: controller health on %s, metrics on %s\n", ln.Addr(), mln.Addr())
 	return func(ctx context.Context) error {
-		return api.Serve(ctx, api.NewHTTPServer("", mux, logger), ln, time.Second)
+		// Either server stopping stops the other.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		merr := make(chan error, 1)
+		go func() {
+			defer cancel()
+			merr <- api.Serve(ctx, api.NewHTTPServer("", api.MetricsHandler(reg, c.metricsToken), logger), mln, time.Second)
+		}()
+		err := api.Serve(ctx, api.NewHTTPServer("", mux, logger), ln, time.Second)
+		cancel()
+		if merr := <-merr; err == nil && merr != nil {
+			err = fmt.Errorf("serving /metrics: %w", merr)
+		}
+		return err
 	}, nil
 }

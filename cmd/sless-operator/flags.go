@@ -34,6 +34,7 @@ type config struct {
 	auth      options.Auth
 	autoscale options.Autoscale
 	indexes   options.Indexes
+	metrics   options.Metrics
 	quota     options.TenantQuota
 
 	role                                    string
@@ -50,6 +51,8 @@ type config struct {
 	operatorImage, egress, indexProxy       string
 	policyGate                              bool
 	runtimes                                runtimeFlags
+	// metricsToken is --metrics-token-file's token, read with the command line.
+	metricsToken string
 	// kubeQuota holds the caps only Kubernetes has (CPU, disk, pods, a container's CPU); the
 	// shared ones are in quota.
 	kubeQuota resources.TenantQuota
@@ -61,9 +64,10 @@ func (c *config) addFlags(fs *pflag.FlagSet) {
 	c.auth.AddFlags(fs)
 	c.autoscale.AddFlags(fs)
 	c.indexes.AddFlags(fs)
+	c.metrics.AddFlags(fs)
 	c.quota.AddFlags(fs)
 
-	fs.StringVar(&c.role, "role", roleAll, "what this process runs: "+roleAPI+" (the REST API and /fn/: stateless, as many replicas as you like), "+roleController+" (the reconcilers, the autoscaler and the index proxy, active on the leader of the Lease only; --listen then serves /healthz, /readyz and /metrics only) or "+roleAll+" (both in one process)")
+	fs.StringVar(&c.role, "role", roleAll, "what this process runs: "+roleAPI+" (the REST API and /fn/: stateless, as many replicas as you like), "+roleController+" (the reconcilers, the autoscaler and the index proxy, active on the leader of the Lease only; --listen then serves /healthz and /readyz only) or "+roleAll+" (both in one process)")
 	// The URL carries a password: from the environment (a Secret), never from argv.
 	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL (≥ 14) keeping the invocation history of /fn/, shared by every API replica (default: $DATABASE_URL; the schema is migrated at start); empty: each replica keeps the last 1,000 per function in memory")
 	fs.DurationVar(&c.retention, "invocation-retention", 7*24*time.Hour, "invocation records older than this are deleted (with --database-url)")
@@ -127,6 +131,10 @@ func (c *config) complete() error {
 	}
 	if c.registryAuthDir != "" && c.pullSecret != "" {
 		return errors.New("--registry-auth-dir (sless's registry) and --pull-secret-file (your own) exclude each other")
+	}
+	var err error
+	if c.metricsToken, err = c.metrics.Token(); err != nil {
+		return err
 	}
 	return c.auth.Validate()
 }

@@ -102,8 +102,8 @@ func TestOperatorBinary(t *testing.T) {
 	})
 	secret := "0123456789abcdef0123456789abcdef-operator"
 	os.WriteFile(filepath.Join(dir, "secret"), []byte(secret), 0o600)
-	listen := testenv.FreeAddr(t)
-	cmd := exec.Command(bin, "--listen", listen, "--public-url", "http://"+listen, "--registry", reg, "--code-dir", filepath.Join(dir, "code"),
+	listen, metrics := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	cmd := exec.Command(bin, "--listen", listen, "--metrics-listen", metrics, "--public-url", "http://"+listen, "--registry", reg, "--code-dir", filepath.Join(dir, "code"),
 		"--hs256-secret-file", filepath.Join(dir, "secret"), "--runtime", "python3.11="+ref.Context().Digest(d.String()).String(),
 		"--registry-auth-dir", keysDir, "--loads-listen", testenv.FreeAddr(t))
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig(t))
@@ -147,6 +147,14 @@ func TestOperatorBinary(t *testing.T) {
 			t.Fatalf("not built: %+v\n%s", f, logs.String())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// --role=all: the build is counted on the API's registry, served on the metrics listener only.
+	if !metricsHave(t, metrics, "", `sless_builds_total{result="succeeded"} 1`) {
+		_, body := scrape(t, metrics, "")
+		t.Errorf("/metrics after a build:\n%s", body)
+	}
+	if code, _ := scrape(t, listen, token); code != http.StatusNotFound {
+		t.Errorf("the public /metrics with the tenant's token: %d, want 404", code)
 	}
 	// The Deployment is applied right after the status names the image, in the same reconcile.
 	var dep appsv1.Deployment

@@ -23,6 +23,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sless-dev/sless/api/apitest"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
 	apiclient "github.com/sless-dev/sless/api/client"
@@ -36,10 +37,12 @@ import (
 type process struct {
 	name string
 	addr string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
+	// metrics is --metrics-listen's address.
+	metrics string
+	cmd     *exec.Cmd
+	mu      sync.Mutex
+	out     bytes.Buffer
+	done    chan struct{}
 }
 
 func (p *process) Write(b []byte) (int, error) {
@@ -93,8 +96,8 @@ func TestRolesApart(t *testing.T) {
 	kubeconfig := map[string]string{"api": env.ServiceAccountKubeconfig(t, "sless-system", "sless-api"),
 		"controller": env.ServiceAccountKubeconfig(t, "sless-system", "sless-controller")}
 	start := func(name, role string, extra ...string) *process {
-		p := &process{name: name, addr: testenv.FreeAddr(t), done: make(chan struct{})}
-		args := append([]string{"--role", role, "--listen", p.addr, "--public-url", "http://" + p.addr, "--registry", reg, "--code-dir", codeDir,
+		p := &process{name: name, addr: testenv.FreeAddr(t), metrics: testenv.FreeAddr(t), done: make(chan struct{})}
+		args := append([]string{"--role", role, "--listen", p.addr, "--metrics-listen", p.metrics, "--public-url", "http://" + p.addr, "--registry", reg, "--code-dir", codeDir,
 			"--hs256-secret-file", filepath.Join(dir, "secret"), "--runtime", "python3.11=" + ref.Context().Digest(d.String()).String()}, extra...)
 		if role == "controller" {
 			// The registry's keys are the controller's only.
@@ -132,20 +135,37 @@ func TestRolesApart(t *testing.T) {
 	}
 	// One after the other: a free port is only free until its process binds it, and the next
 	// pick could be the same.
-	apiA := start("api-a", "api", "--loads-listen", testenv.FreeAddr(t), "--shutdown-delay-duration", "1s")
+	// The A replicas want a scrape token on /metrics; the B replicas serve it to whoever reaches
+	// their metrics listener.
+	const scrapeToken = "scrape-0123456789abcdef-roles"
+	os.WriteFile(filepath.Join(dir, "scrape-token"), []byte(scrapeToken+"\n"), 0o600)
+	withToken := []string{"--metrics-token-file", filepath.Join(dir, "scrape-token")}
+	apiA := start("api-a", "api", append(withToken, "--loads-listen", testenv.FreeAddr(t), "--shutdown-delay-duration", "1s")...)
 	ready(apiA)
 	apiB := start("api-b", "api", "--loads-listen", testenv.FreeAddr(t))
 	ready(apiB)
-	ctlA := start("controller-a", "controller")
+	ctlA := start("controller-a", "controller", withToken...)
 	ready(ctlA)
 	ctlB := start("controller-b", "controller")
 	ready(ctlB)
-	// Builds happen on the controllers: their /metrics counts them.
-	if body := get(t, "http://"+ctlA.addr+"/metrics"); !strings.Contains(body, "sless_build_duration_seconds_count") {
-		t.Errorf("controller /metrics:\n%.500s", body)
-	}
-
 	token, _ := auth.IssueHS256([]byte(secret), "roles-user", time.Hour)
+	// Builds happen on the controllers: their /metrics counts them. No role serves /metrics on
+	// --listen.
+	t.Run("metrics", func(t *testing.T) {
+		// The admin JWT is valid: the API takes it (and gives it a namespace of its own).
+		if admin, _ := apiclient.New("http://"+apiA.addr, apitest.AdminToken(t, []byte(secret))); admin.EnsureNamespace(ctx) != nil {
+			t.Error("the API refuses the admin JWT: the checks below prove nothing with it")
+		}
+		checkMetricsListeners(t, []byte(secret), token, scrapeToken, apiA.addr, apiA.metrics, apiB.metrics)
+		checkMetricsListeners(t, []byte(secret), token, scrapeToken, ctlA.addr, ctlA.metrics, ctlB.metrics)
+		if _, body := scrape(t, ctlA.metrics, scrapeToken); !strings.Contains(body, "sless_build_duration_seconds_count") {
+			t.Errorf("controller /metrics:\n%.500s", body)
+		}
+		if _, body := scrape(t, apiB.metrics, ""); !strings.Contains(body, "sless_http_requests_total{") {
+			t.Errorf("API /metrics:\n%.500s", body)
+		}
+	})
+
 	clientOf := func(p *process) *apiclient.Client {
 		c, _ := apiclient.New("http://"+p.addr, token)
 		return c
@@ -245,7 +265,7 @@ func TestRolesApart(t *testing.T) {
 		resp.Body.Close()
 		held <- resp.StatusCode
 	}()
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(get(t, "http://"+apiA.addr+"/metrics"), `sless_function_held_requests{function="first"`); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); !metricsHave(t, apiA.metrics, scrapeToken, `sless_function_held_requests{function="first"`); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the request is not held")
 		}
@@ -292,18 +312,4 @@ func TestRolesApart(t *testing.T) {
 	if !strings.Contains(apiA.logs(), `"msg":"draining"`) {
 		t.Errorf("no draining line in api-a's log")
 	}
-}
-
-func get(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
-	}
-	return string(b)
 }

@@ -53,6 +53,7 @@ type upConfig struct {
 	auth      options.Auth
 	autoscale options.Autoscale
 	indexes   options.Indexes
+	metrics   options.Metrics
 	quota     options.TenantQuota
 
 	dataDir, regListen, podmanRoot, basesDir, basesScript string
@@ -73,6 +74,7 @@ func (c *upConfig) addFlags(fs *pflag.FlagSet) {
 	c.auth.AddFlags(fs)
 	c.autoscale.AddFlags(fs)
 	c.indexes.AddFlags(fs)
+	c.metrics.AddFlags(fs)
 	c.quota.AddFlags(fs)
 
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir(), "where state, the registry and uploaded code live")
@@ -144,6 +146,8 @@ func upCmd(run func(ctx context.Context, c *upConfig, stdout, stderr io.Writer) 
 		Long: `Up runs the whole platform in one process on this host: the REST API and /fn/, an embedded
 registry, the code store on disk, the in-process builder and a podman runner. It keeps its state in
 the data dir; function containers keep running when it stops and are adopted by the next start.
+Prometheus scrapes /metrics on --metrics-listen, never on --listen: the series name every
+tenant's namespace and functions.
 Without --jwks-url or --jwt-public-key it writes a development secret and a token for the user
 "dev" into the data dir.`,
 		Args: cobra.NoArgs,
@@ -160,6 +164,23 @@ Without --jwks-url or --jwt-public-key it writes a development secret and a toke
 
 // runUp is `sless up`: the whole platform on one host.
 func runUp(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error {
+	// The scrape token and both listeners first: a bad token file or a busy port fails the start
+	// before anything is written.
+	metricsToken, err := c.metrics.Token()
+	if err != nil {
+		return err
+	}
+	addr := c.api.Address(options.UpListen)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", addr, err)
+	}
+	defer ln.Close()
+	mln, err := c.metrics.Listen(options.UpMetricsListen)
+	if err != nil {
+		return err
+	}
+	defer mln.Close()
 	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
 		return err
 	}
@@ -172,20 +193,14 @@ func runUp(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	addr := c.api.Address(options.UpListen)
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("--listen %s: %w", addr, err)
-	}
-	defer ln.Close()
 	c.api.PublicURL = cmp.Or(c.api.PublicURL, "http://"+ln.Addr().String())
+	builds := build.NewMetrics() // counted on /metrics
 	var clock local.Clock
 	var manual *local.ManualClock
 	if c.testClock {
 		manual = local.NewManualClock(time.Now())
 		clock = manual
 	}
-	builds := build.NewMetrics() // counted on the API's /metrics
 	p, err := local.Open(ctx, local.Config{DataDir: c.dataDir, RegistryListen: c.regListen, PodmanRoot: c.podmanRoot,
 		BasesDir: c.basesDir, Clock: clock, Logger: logger, Progress: stderr,
 		PipIndexURL: c.indexes.PipIndexURL, NPMRegistry: c.indexes.NPMRegistry, DepsCAFile: c.depsCA, Subnet: c.subnet, IndexHosts: c.indexes.Hosts,
@@ -208,15 +223,16 @@ func runUp(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error {
 	}
 	publicURL := c.api.PublicURL
 	fmt.Fprintf(stdout, "sless up: API and /fn/ on %s, registry on %s, data in %s\n", publicURL, p.RegistryAddr(), c.dataDir)
+	fmt.Fprintf(stdout, "sless up: metrics on http://%s/metrics (for Prometheus only: they name every tenant's functions)\n", mln.Addr())
 	fmt.Fprintf(stdout, "sless up: the registry needs credentials; for crane: export DOCKER_CONFIG=%s\n", p.RegistryConfigDir())
 	if tokenFile != "" {
 		fmt.Fprintf(stdout, "sless up: dev mode: a token for user \"dev\" is in %s\n", tokenFile)
 		fmt.Fprintf(stdout, "  export SLESS_ENDPOINT=%s SLESS_API_TOKEN=$(cat %s)\n", publicURL, tokenFile)
 	}
-	err = serveUp(ctx, p, api.NewHTTPServer("", handler, logger), ln, func(ctx context.Context) error {
+	err = serveUp(ctx, p, func(ctx context.Context) error {
 		// Missing language bases are built first (minutes, once); /readyz says so meanwhile.
 		return buildBases(ctx, p, c.basesDir, c.basesScript, stderr)
-	})
+	}, served{api.NewHTTPServer("", handler, logger), ln}, served{api.NewHTTPServer("", api.MetricsHandler(srv.Metrics(), metricsToken), logger), mln})
 	fmt.Fprintln(stdout, "sless up: stopped; function containers keep running and are adopted on the next start")
 	return err
 }
@@ -239,9 +255,15 @@ func (c *upConfig) verifier(ctx context.Context, logger *slog.Logger) (v *auth.V
 	return v, tokenFile, err
 }
 
-// serveUp serves the API on ln while the platform runs (after prepare), until ctx ends or either
-// stops; both are stopped together.
-func serveUp(ctx context.Context, p *local.Platform, hs *http.Server, ln net.Listener, prepare func(context.Context) error) error {
+// served is an HTTP server and the listener it serves on.
+type served struct {
+	hs *http.Server
+	ln net.Listener
+}
+
+// serveUp serves the API and /metrics on their listeners while the platform runs (after
+// prepare), until ctx ends or any of them stops; all are stopped together.
+func serveUp(ctx context.Context, p *local.Platform, prepare func(context.Context) error, servers ...served) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	runErr := make(chan error, 1)
@@ -253,20 +275,32 @@ func serveUp(ctx context.Context, p *local.Platform, hs *http.Server, ln net.Lis
 		}
 		runErr <- p.Run(runCtx)
 	}()
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- api.Serve(runCtx, hs, ln, 10*time.Second) }()
+	serveErr := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() { serveErr <- api.Serve(runCtx, s.hs, s.ln, 10*time.Second) }()
+	}
+	pending := len(servers)
+	rest := func() error {
+		var errs []error
+		for ; pending > 0; pending-- {
+			errs = append(errs, <-serveErr)
+		}
+		return errors.Join(errs...)
+	}
 	select {
 	case err := <-runErr:
 		cancel()
-		<-serveErr
+		rest()
 		return err
 	case err := <-serveErr:
+		pending--
 		cancel()
+		rest()
 		<-runErr
 		return err
 	case <-ctx.Done():
 		cancel()
-		return errors.Join(<-serveErr, <-runErr)
+		return errors.Join(rest(), <-runErr)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,6 +57,8 @@ type SlessUp struct {
 	DataDir string
 	Listen  string
 	RegAddr string
+	// MetricsAddr is where /metrics is served (--metrics-listen), apart from Listen.
+	MetricsAddr string
 	// RegAuth is the platform's registry credential (the registry serves nothing anonymously).
 	RegAuth authn.Authenticator
 	URL     string
@@ -73,19 +76,25 @@ func FreeAddr(t testing.TB) string {
 // StartSlessUp runs `sless up` on dataDir (with --test-clock) until the test ends or Stop, waits
 // for /readyz and ensures the dev user's namespace. It needs podman and the base images. Empty
 // addresses pick free ports, retrying if another process takes one first (a restart passes the
-// previous run's addresses to keep them).
+// previous run's addresses to keep them). /metrics goes to a free port too, unless extra names
+// --metrics-listen.
 func StartSlessUp(t testing.TB, dataDir, listen, regAddr string, extra ...string) *SlessUp {
 	t.Helper()
 	pick := listen == "" && regAddr == ""
+	pickMetrics := !slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--metrics-listen") })
 	for attempt := 0; ; attempt++ {
 		if pick {
 			listen, regAddr = FreeAddr(t), FreeAddr(t)
 		}
-		u, inUse := startSlessUp(t, dataDir, listen, regAddr, extra)
+		args := extra
+		if pickMetrics {
+			args = append([]string{"--metrics-listen", FreeAddr(t)}, extra...)
+		}
+		u, inUse := startSlessUp(t, dataDir, listen, regAddr, args)
 		if u != nil {
 			return u
 		}
-		if !pick || !inUse || attempt == 4 {
+		if !(pick || pickMetrics) || !inUse || attempt == 4 {
 			t.Fatalf("sless up did not start")
 		}
 	}
@@ -102,7 +111,8 @@ func startSlessUp(t testing.TB, dataDir, listen, regAddr string, extra []string)
 			Missing(t, "the "+rt+" base image (hack/build-bases.sh)", err)
 		}
 	}
-	u := &SlessUp{t: t, DataDir: dataDir, Listen: listen, RegAddr: regAddr, URL: "http://" + listen, done: make(chan struct{}), log: &lockedBuffer{}}
+	u := &SlessUp{t: t, DataDir: dataDir, Listen: listen, RegAddr: regAddr, URL: "http://" + listen, done: make(chan struct{}), log: &lockedBuffer{},
+		MetricsAddr: flagValue(extra, "--metrics-listen")}
 	args := append([]string{"up", "--data-dir", dataDir, "--listen", listen, "--registry-listen", regAddr, "--test-clock",
 		"--bases-script", "", "--podman-root", filepath.Join(CacheDir(), "podman"), "--bases-dir", bases}, extra...)
 	u.cmd = exec.Command(SlessBinary(t), args...)
@@ -210,6 +220,35 @@ func (u *SlessUp) Get(path string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// Metrics fetches /metrics from the metrics listener, sending token as a bearer token when it is
+// not empty, and returns status and body.
+func (u *SlessUp) Metrics(token string) (int, string) {
+	req, _ := http.NewRequest("GET", "http://"+u.MetricsAddr+"/metrics", nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// flagValue is the value of flag name in args (--name value or --name=value), "" if absent.
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
 }
 
 // RegOpts are remote options with the platform's registry credential.

@@ -2,6 +2,8 @@ package options_test
 
 import (
 	"context"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ type groups struct {
 	auth      options.Auth
 	autoscale options.Autoscale
 	indexes   options.Indexes
+	metrics   options.Metrics
 	quota     options.TenantQuota
 }
 
@@ -31,6 +34,7 @@ func parse(t *testing.T, args ...string) (*groups, error) {
 	g.auth.AddFlags(fs)
 	g.autoscale.AddFlags(fs)
 	g.indexes.AddFlags(fs)
+	g.metrics.AddFlags(fs)
 	g.quota.AddFlags(fs)
 	return &g, fs.Parse(args)
 }
@@ -54,12 +58,19 @@ func TestDefaults(t *testing.T) {
 	if g.api.Address(options.UpListen) != "127.0.0.1:8080" || g.api.Address(options.OperatorListen) != ":8080" {
 		t.Error("Address does not fall back to the binary's default")
 	}
+	if g.metrics.Address(options.UpMetricsListen) != "127.0.0.1:9091" || g.metrics.Address(options.OperatorMetricsListen) != ":9091" {
+		t.Error("the metrics Address does not fall back to the binary's default")
+	}
+	if tok, err := g.metrics.Token(); tok != "" || err != nil {
+		t.Errorf("no --metrics-token-file: %q %v", tok, err)
+	}
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	var again groups
 	again.api.AddFlags(fs)
 	again.auth.AddFlags(fs)
 	again.autoscale.AddFlags(fs)
 	again.indexes.AddFlags(fs)
+	again.metrics.AddFlags(fs)
 	again.quota.AddFlags(fs)
 	fs.VisitAll(func(f *pflag.Flag) {
 		if len(f.Usage) < 10 {
@@ -157,5 +168,57 @@ func TestAuth(t *testing.T) {
 	tok, _ := auth.IssueHS256(secret, "u", time.Hour) // no iss
 	if _, err := v.Verify(tok); err == nil {
 		t.Error("a token without the required issuer passed")
+	}
+}
+
+// --metrics-token-file: the token is the file's one line (surrounding blank space dropped); a
+// file that is missing, empty or holds what no Authorization header can carry as it is fails with
+// a message naming the flag.
+func TestMetricsToken(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	g, err := parse(t, "--metrics-listen", "127.0.0.1:0", "--metrics-token-file", file("good", "  scrape-Token_0123456789~\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := g.metrics.Token(); tok != "scrape-Token_0123456789~" || err != nil {
+		t.Errorf("token %q %v", tok, err)
+	}
+	ln, err := g.metrics.Listen("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	for name, tc := range map[string]struct{ path, want string }{
+		"missing":     {filepath.Join(dir, "nope"), "no such file"},
+		"empty":       {file("empty", ""), "is empty"},
+		"blank":       {file("blank", " \n\t\n"), "is empty"},
+		"two lines":   {file("lines", "one\ntwo\n"), "one line of visible ASCII"},
+		"a space":     {file("space", "scrape token"), "one line of visible ASCII"},
+		"a NUL":       {file("nul", "scrape\x00token"), "one line of visible ASCII"},
+		"not ASCII":   {file("utf8", "scrapé"), "one line of visible ASCII"},
+		"a directory": {dir, "--metrics-token-file"},
+	} {
+		g, _ := parse(t, "--metrics-token-file", tc.path)
+		tok, err := g.metrics.Token()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--metrics-token-file") || tok != "" {
+			t.Errorf("%s: %q %v, want an error saying %q", name, tok, err, tc.want)
+		}
+	}
+	// A busy address is named with its flag.
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	g, _ = parse(t, "--metrics-listen", busy.Addr().String())
+	if _, err := g.metrics.Listen(options.UpMetricsListen); err == nil || !strings.Contains(err.Error(), "--metrics-listen "+busy.Addr().String()) {
+		t.Errorf("a busy address: %v", err)
 	}
 }
