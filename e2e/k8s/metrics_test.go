@@ -73,7 +73,7 @@ func TestMetricsMoved(t *testing.T) {
 		t.Fatalf("sless pods: %v", pods)
 	}
 	for _, pod := range pods {
-		out := kubectl(t, "get", "--raw", "/api/v1/namespaces/sless-system/pods/"+pod+":8080/proxy/metrics")
+		out := kubectl(t, "get", "--raw", "/api/v1/namespaces/sless-system/pods/"+pod+":9091/proxy/metrics")
 		if problems, err := promlint.New(strings.NewReader(out)).Lint(); err != nil || len(problems) != 0 {
 			t.Errorf("%s: promlint: %v %+v", pod, err, problems)
 		}
@@ -102,6 +102,22 @@ func TestMetricsMoved(t *testing.T) {
 		"sless_function_desired_replicas", "sless_invocations_written_total"} {
 		if !seen[want] {
 			t.Errorf("no sless pod serves %s", want)
+		}
+	}
+	// The public endpoint (the API's NodePort) serves none of it, with or without the tenant's token.
+	for who, tok := range map[string]string{"no token": "", "the tenant's token": token(t, subject("metrics"))} {
+		req, _ := http.NewRequest(http.MethodGet, cluster.Endpoint+"/metrics", nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := httpc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || strings.Contains(string(b), "sless_") {
+			t.Errorf("the public /metrics with %s: %d %.200s, want 404", who, resp.StatusCode, b)
 		}
 	}
 	n := 0

@@ -151,7 +151,9 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 		"tcp:" + api:                                "blocked", // the API's NodePort
 		"tcp:" + apiIP + ":8080":                    "blocked", // the API's pod
 		"tcp:" + apiIP + ":9090":                    "blocked", // its load port
-		"tcp:" + controllerIP + ":8080":             "blocked", // the controller's metrics
+		"tcp:" + apiIP + ":9091":                    "blocked", // its metrics (every tenant's series)
+		"tcp:" + controllerIP + ":8080":             "blocked", // the controller's health
+		"tcp:" + controllerIP + ":9091":             "blocked", // the controller's metrics
 		"tcp:" + controllerIP + ":3128":             "blocked", // the index proxy: deps pods only
 		"tcp:" + apiSvc.Spec.ClusterIP + ":443":     "blocked", // the Kubernetes API
 		fmt.Sprintf("tcp:%s:%d", k1n.NodeIP, 6443):  "blocked", // … on the node

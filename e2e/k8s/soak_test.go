@@ -33,7 +33,7 @@ func soakDuration(t *testing.T) time.Duration {
 // podMetricOf sums a metric family's series whose labels contain match, from one sless pod.
 func podMetricOf(t *testing.T, pod, family, match string) float64 {
 	t.Helper()
-	out := kubectl(t, "get", "--raw", "/api/v1/namespaces/sless-system/pods/"+pod+":8080/proxy/metrics")
+	out := kubectl(t, "get", "--raw", "/api/v1/namespaces/sless-system/pods/"+pod+":9091/proxy/metrics")
 	var sum float64
 	for _, line := range strings.Split(out, "\n") {
 		rest, ok := strings.CutPrefix(line, family)

@@ -2,12 +2,17 @@ package config_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/sless-dev/sless/runspec"
@@ -55,5 +60,94 @@ func TestIndexProxyOnlyForInstalls(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no NetworkPolicy sless-controller in manager.yaml")
+	}
+}
+
+// /metrics names every tenant's namespace and functions: both workloads serve it on a port of its
+// own (--metrics-listen), which their pod templates' scrape annotations name and their
+// NetworkPolicies open to monitoring namespaces only, never to every pod.
+func TestMetricsPortForMonitoringOnly(t *testing.T) {
+	b, err := os.ReadFile("manager/manager.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	ports := map[string]int{} // workload → its metrics port
+	policies := map[string]networkingv1.NetworkPolicy{}
+	for {
+		var obj struct {
+			metav1.TypeMeta   `json:",inline"`
+			metav1.ObjectMeta `json:"metadata"`
+		}
+		var raw json.RawMessage
+		if err := d.Decode(&raw); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			t.Fatal(err)
+		}
+		switch obj.Kind {
+		case "Deployment":
+			var dep appsv1.Deployment
+			if err := json.Unmarshal(raw, &dep); err != nil {
+				t.Fatal(err)
+			}
+			ann := dep.Spec.Template.Annotations
+			c := dep.Spec.Template.Spec.Containers[0]
+			named := 0
+			for _, p := range c.Ports {
+				if p.Name == "metrics" {
+					named = int(p.ContainerPort)
+				}
+			}
+			listen := ""
+			for _, a := range c.Args {
+				if v, ok := strings.CutPrefix(a, "--metrics-listen="); ok {
+					listen = v
+				}
+			}
+			if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/path"] != "/metrics" || ann["prometheus.io/port"] != strconv.Itoa(named) ||
+				listen != ":"+strconv.Itoa(named) || named == 0 || named == 8080 {
+				t.Errorf("%s: scrape annotations %v, port metrics %d, --metrics-listen %q: want them to agree, on a port of its own",
+					dep.Name, ann, named, listen)
+			}
+			ports[dep.Name] = named
+		case "NetworkPolicy":
+			var np networkingv1.NetworkPolicy
+			if err := json.Unmarshal(raw, &np); err != nil {
+				t.Fatal(err)
+			}
+			policies[np.Name] = np
+		}
+	}
+	for _, name := range []string{"sless-api", "sless-controller"} {
+		np, ok := policies[name]
+		if !ok || ports[name] == 0 {
+			t.Fatalf("no NetworkPolicy or Deployment %s", name)
+		}
+		opened := false
+		for _, r := range np.Spec.Ingress {
+			metrics := len(r.Ports) == 0
+			for _, p := range r.Ports {
+				metrics = metrics || p.Port.IntValue() == ports[name]
+			}
+			if !metrics {
+				continue
+			}
+			if len(r.From) == 0 {
+				t.Errorf("%s: the metrics port is open to every pod", name)
+			}
+			for _, f := range r.From {
+				if f.NamespaceSelector == nil || f.NamespaceSelector.MatchLabels["sless.dev/monitoring"] != "true" || f.PodSelector != nil || f.IPBlock != nil {
+					t.Errorf("%s: the metrics port is open to %+v, want namespaces labelled sless.dev/monitoring=true only", name, f)
+				}
+				opened = true
+			}
+		}
+		if !opened {
+			t.Errorf("%s: no Prometheus may reach the metrics port", name)
+		}
 	}
 }
