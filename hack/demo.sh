@@ -37,9 +37,9 @@ finally:
     s.close()
 PY
 }
-LISTEN=$(free_or 127.0.0.1:8080); REGISTRY=$(free_or 127.0.0.1:5000)
-log "starting sless up on $LISTEN (registry $REGISTRY, data in $DATA)"
-nohup bin/sless up --data-dir "$DATA" --listen "$LISTEN" --registry-listen "$REGISTRY" \
+LISTEN=$(free_or 127.0.0.1:8080); REGISTRY=$(free_or 127.0.0.1:5000); METRICS=$(free_or 127.0.0.1:9091)
+log "starting sless up on $LISTEN (registry $REGISTRY, metrics $METRICS, data in $DATA)"
+nohup bin/sless up --data-dir "$DATA" --listen "$LISTEN" --registry-listen "$REGISTRY" --metrics-listen "$METRICS" \
   --podman-root "$SLESS_CACHE/podman" --bases-dir "$SLESS_CACHE/bases" > "$DEMO/sless.out" 2> "$DEMO/sless.log" &
 echo $! > "$DEMO/sless.pid"
 E="http://$LISTEN"
@@ -96,4 +96,5 @@ echo "sless up keeps running (pid $(cat "$DEMO/sless.pid"), log $DEMO/sless.log)
 echo "  export SLESS_ENDPOINT=$E SLESS_API_TOKEN=\$(cat $DATA/dev-token) TF_CLI_CONFIG_FILE=$DEMO/terraformrc"
 echo "  cd $DEMO/hello-python && $TERRAFORM apply"
 echo "  curl $NODE_URL"
+echo "  curl http://$METRICS/metrics | grep ^sless_function_requests_total   (Prometheus's port; $E/metrics answers 404)"
 echo "Stop it with: kill $(cat "$DEMO/sless.pid")   (function containers keep running and are adopted on the next start)"
