@@ -130,6 +130,7 @@ func (s *Server) kinds() kinds {
 				*cur = spec
 				return nil
 			},
+			charge: s.chargeRebuild,
 		},
 		triggers: &kind[apiv1.Trigger, objects.TriggerSpec, apiv1.TriggerStatus]{
 			noun: "trigger", store: s.b.Triggers, validate: ValidateTrigger,
@@ -163,6 +164,22 @@ func (s *Server) kinds() kinds {
 			},
 		},
 	}
+}
+
+// chargeRebuild counts a PUT that rebuilds the stored code (a new entrypoint or runtime: both are
+// build inputs, build.Key) against ns's upload rate, as an upload of new code would be: else a
+// tenant could queue builds without limit by alternating entrypoints. Without code there is
+// nothing to build.
+func (s *Server) chargeRebuild(ns string, spec, cur objects.FunctionSpec) (bool, error) {
+	if cur.CodeSHA256 == "" || (spec.Entrypoint == cur.Entrypoint && spec.Runtime == cur.Runtime) {
+		return false, nil
+	}
+	if wait := s.uploads.rebuild(ns); wait > 0 {
+		return false, &apiv1.Error{Status: http.StatusTooManyRequests, Code: apiv1.CodeThrottled, RetryAfter: wait,
+			Message: fmt.Sprintf("a new entrypoint or runtime rebuilds the function, which counts as an upload: too many for namespace %s (%g a minute on average); retry after %s",
+				ns, s.o.uploadRate, wait.Round(time.Second))}
+	}
+	return true, nil
 }
 
 // functionDeleted removes what the API keeps of a deleted function: its archives (a backend may

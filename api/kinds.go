@@ -26,6 +26,9 @@ type kind[W, S, St any] struct {
 	deleted func(r *http.Request, ns, name string) error
 	// replace applies a validated body to the stored spec (PUT); nil: no PUT route.
 	replace func(body S, cur *S) error
+	// charge, when set, is asked before replace whether the change costs what an upload does
+	// (true: it took a token of ns's upload rate); its error refuses the PUT, nothing changed.
+	charge func(ns string, body, cur S) (bool, error)
 }
 
 func (k *kind[W, S, St]) list(w http.ResponseWriter, r *http.Request) {
@@ -121,7 +124,16 @@ func (k *kind[W, S, St]) put(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	out, err := k.store.Update(r.Context(), ns, name, func(cur *S) error { return k.replace(spec, cur) })
+	charged := false // a store that retries the update on a conflict is charged once
+	out, err := k.store.Update(r.Context(), ns, name, func(cur *S) error {
+		if k.charge != nil && !charged {
+			var err error
+			if charged, err = k.charge(ns, spec, *cur); err != nil {
+				return err
+			}
+		}
+		return k.replace(spec, cur)
+	})
 	if err != nil {
 		writeError(w, r, notFound(k.noun, name, err))
 		return

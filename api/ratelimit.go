@@ -44,12 +44,8 @@ func newTenantLimits(perMinute float64, burst int) *tenantLimits {
 	return &tenantLimits{rate: r, burst: max(burst, 1), m: map[string]*tenantLimit{}}
 }
 
-// admit takes one upload of ns, or says how long until one would be admitted. release must be
-// called when the upload is done.
-func (t *tenantLimits) admit(ns string) (release func(), retryAfter time.Duration) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := time.Now()
+// limit is ns's state, made on first use (t.mu held).
+func (t *tenantLimits) limit(ns string, now time.Time) *tenantLimit {
 	l := t.m[ns]
 	if l == nil {
 		if len(t.m) >= 4096 {
@@ -58,12 +54,30 @@ func (t *tenantLimits) admit(ns string) (release func(), retryAfter time.Duratio
 		l = &tenantLimit{bucket: rate.NewLimiter(t.rate, t.burst)}
 		t.m[ns] = l
 	}
-	if l.inFlight >= UploadsInFlight {
-		return nil, inFlightRetry
-	}
+	return l
+}
+
+// takeToken takes one token of l's bucket, or says how long until one would be there (t.mu held).
+func takeToken(l *tenantLimit, now time.Time) time.Duration {
 	res := l.bucket.ReserveN(now, 1)
 	if d := res.DelayFrom(now); d > 0 {
 		res.CancelAt(now)
+		return d
+	}
+	return 0
+}
+
+// admit takes one upload of ns, or says how long until one would be admitted. release must be
+// called when the upload is done.
+func (t *tenantLimits) admit(ns string) (release func(), retryAfter time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	l := t.limit(ns, now)
+	if l.inFlight >= UploadsInFlight {
+		return nil, inFlightRetry
+	}
+	if d := takeToken(l, now); d > 0 {
 		return nil, d
 	}
 	l.inFlight++
@@ -72,6 +86,16 @@ func (t *tenantLimits) admit(ns string) (release func(), retryAfter time.Duratio
 		l.inFlight--
 		t.mu.Unlock()
 	}, 0
+}
+
+// rebuild takes one token of ns's bucket for a change that rebuilds code already stored (a new
+// entrypoint or runtime), or says how long until one would be there. It holds no in-flight slot:
+// nothing is received.
+func (t *tenantLimits) rebuild(ns string) (retryAfter time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	return takeToken(t.limit(ns, now), now)
 }
 
 // prune forgets namespaces with nothing in flight and a full bucket: they are as a new one.

@@ -23,6 +23,7 @@ func Run(t *testing.T, b Backend) {
 		{"ProxyConfinesResponses", testProxyConfinesResponses},
 		{"FunctionHosts", testFunctionHosts},
 		{"UploadThrottle", testUploadThrottle},
+		{"RebuildThrottle", testRebuildThrottle},
 		{"ScaleFields", testScaleFields},
 		{"ConcurrencyAndHolding", testConcurrencyAndHolding},
 		{"FunctionMetrics", testFunctionMetrics},

@@ -3,11 +3,13 @@ package apitest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,6 +108,84 @@ func testUploadThrottle(t *testing.T, bk Backend) {
 	}
 	if _, err := e2.C.Upload(ctx, "f", bytes.NewReader(z), int64(len(z))); err != nil {
 		t.Fatalf("after the slow uploads: %v", err)
+	}
+}
+
+// testRebuildThrottle: a PUT that changes a build input of stored code (the entrypoint, the
+// runtime) rebuilds it, so it takes from the namespace's upload rate like an upload: 429 throttled
+// with Retry-After beyond, the function unchanged; the client waits and sends it again. A PUT that
+// changes anything else, or one of a function without code, is not counted.
+func testRebuildThrottle(t *testing.T, bk Backend) {
+	e := NewEnv(t, bk, api.WithUploadRate(20, 2)) // one every 3 s after a burst of two
+	e.Ensure()
+	e.Function("f")
+	ctx := context.Background()
+	put := func(f apiv1.Function) (*http.Response, string) {
+		t.Helper()
+		b, _ := json.Marshal(f)
+		req, _ := http.NewRequest("PUT", e.URL+"/v1/namespaces/"+e.NS+"/functions/f", bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer "+e.Token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(body)
+	}
+	ok := func(what string, f apiv1.Function) {
+		t.Helper()
+		if resp, b := put(f); resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %s", what, resp.StatusCode, b)
+		}
+	}
+	throttled := func(what string, f apiv1.Function) {
+		t.Helper()
+		resp, b := put(f)
+		secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(b, apiv1.CodeThrottled) || secs < 1 || secs > 3 {
+			t.Fatalf("%s: %d Retry-After %q %s, want 429 throttled", what, resp.StatusCode, resp.Header.Get("Retry-After"), b)
+		}
+	}
+	py := func(entrypoint string, memoryMB int) apiv1.Function {
+		return apiv1.Function{Name: "f", Runtime: apiv1.RuntimePython311, Entrypoint: entrypoint, MemoryMB: memoryMB}
+	}
+
+	for _, ep := range []string{"a.handle", "b.handle", "c.handle"} {
+		ok("a new entrypoint without code (nothing to build)", py(ep, 0))
+	}
+	z := ZipOf(t, map[string]string{"c.py": "def handle(e):\n    return 1\n"})
+	if _, err := e.C.Upload(ctx, "f", bytes.NewReader(z), int64(len(z))); err != nil { // the burst's first
+		t.Fatal(err)
+	}
+	for _, mb := range []int{192, 256, 320} {
+		ok("a new memory_mb (no rebuild)", py("c.handle", mb))
+	}
+	ok("a new entrypoint of stored code", py("d.handle", 320)) // the burst's second
+	throttled("a new entrypoint beyond the burst", py("e.handle", 512))
+	if f, err := e.C.GetFunction(ctx, "f"); err != nil || f.Entrypoint != "d.handle" || f.MemoryMB != 320 {
+		t.Fatalf("a refused PUT changed the function: %+v %v", f, err)
+	}
+	// They share one bucket: an upload is refused now too.
+	z2 := ZipOf(t, map[string]string{"d.py": "def handle(e):\n    return 2\n"})
+	if code, ecode, b := e.Raw("POST", "/v1/namespaces/"+e.NS+"/functions/f/upload", e.Token, "application/zip", z2); code != http.StatusTooManyRequests || ecode != apiv1.CodeThrottled {
+		t.Fatalf("an upload after the rebuilds took the burst: %d %s %s", code, ecode, b)
+	}
+
+	// The client waits as told and sends the PUT again.
+	start := time.Now()
+	f, err := e.C.UpdateFunction(ctx, apiv1.Function{Name: "f", Runtime: apiv1.RuntimePython311, Entrypoint: "e.handle"})
+	if err != nil || f.Entrypoint != "e.handle" {
+		t.Fatalf("the client's PUT after throttling: %+v %v", f, err)
+	}
+	if waited := time.Since(start); waited < 500*time.Millisecond {
+		t.Errorf("the client's PUT went through at once (%v): it was not throttled, so its retry is untested", waited)
+	}
+	// A new runtime rebuilds as well.
+	throttled("a new runtime beyond the rate", apiv1.Function{Name: "f", Runtime: apiv1.RuntimeNodejs20, Entrypoint: "e.handle"})
+	if f, err := e.C.GetFunction(ctx, "f"); err != nil || f.Runtime != apiv1.RuntimePython311 {
+		t.Fatalf("a refused PUT changed the runtime: %+v %v", f, err)
 	}
 }
 

@@ -211,13 +211,35 @@ func (c *Client) CreateFunction(ctx context.Context, f apiv1.Function) (*apiv1.F
 	return &out, nil
 }
 
-// UpdateFunction replaces a function's spec.
+// UpdateFunction replaces a function's spec. A new entrypoint or runtime rebuilds the function
+// and counts against the namespace's upload rate: when the API throttles it, UpdateFunction waits
+// as Upload does and sends it again.
 func (c *Client) UpdateFunction(ctx context.Context, f apiv1.Function) (*apiv1.Function, error) {
-	var out apiv1.Function
-	if err := c.doJSON(ctx, http.MethodPut, c.nsPath("/functions/%s", f.Name), f, &out); err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		var out apiv1.Function
+		err := c.doJSON(ctx, http.MethodPut, c.nsPath("/functions/%s", f.Name), f, &out)
+		if err == nil {
+			return &out, nil
+		}
+		if attempt == 100 || !waitThrottled(ctx, err) {
+			return nil, err
+		}
 	}
-	return &out, nil
+}
+
+// waitThrottled waits as a 429 throttled err tells (Retry-After, at least a second, at most a
+// minute) and reports true; false at once for any other error, or when ctx ends first.
+func waitThrottled(ctx context.Context, err error) bool {
+	var ae *apiv1.Error
+	if !errors.As(err, &ae) || ae.Code != apiv1.CodeThrottled {
+		return false
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(min(max(ae.RetryAfter, time.Second), time.Minute)):
+		return true
+	}
 }
 
 // DeleteFunction deletes a function, its code and its image.
@@ -236,18 +258,15 @@ func (c *Client) Upload(ctx context.Context, name string, zip io.Reader, size in
 		if err == nil {
 			return &out, nil
 		}
-		var ae *apiv1.Error
 		seeker, seekable := zip.(io.Seeker)
-		if !errors.As(err, &ae) || ae.Code != apiv1.CodeThrottled || !seekable || attempt == 100 {
+		if !seekable || attempt == 100 {
 			return nil, err
 		}
 		if _, serr := seeker.Seek(0, io.SeekStart); serr != nil {
 			return nil, err
 		}
-		select {
-		case <-ctx.Done():
+		if !waitThrottled(ctx, err) {
 			return nil, err
-		case <-time.After(min(max(ae.RetryAfter, time.Second), time.Minute)):
 		}
 	}
 }
