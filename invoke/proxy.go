@@ -348,9 +348,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		prefix = "/fn/" + mustEscape(ns) + "/" + mustEscape(name)
 	}
 	start := time.Now()
-	known := false // only existing functions get records: /fn/ is public, names are not
+	// Only requests an instance was given get records (so only existing functions do). /fn/ is
+	// public: refusals (429 beyond the hold queue or the quota, 503 not ready or disabled, 504 held
+	// past the timeout) cost anyone nothing to cause, and would push real invocations out of the
+	// history and fill its store.
+	forwarded := false
 	defer func() {
-		if !known {
+		if !forwarded {
 			return
 		}
 		p.inv.Record(context.WithoutCancel(r.Context()), ns, name, apiv1.Invocation{
@@ -369,7 +373,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(w, name, err)
 		return
 	}
-	known = true
 	triggers, err := p.view.Triggers.List(r.Context(), ns)
 	if err != nil {
 		fail(w, name, err)
@@ -428,6 +431,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t.lease, t.url, t.start = lease, lease.URL(), start
+	forwarded = true
 	defer func() {
 		t.lease.Release()
 		p.m.fnRequests.WithLabelValues(ns, name, CodeLabel(status())).Inc()

@@ -93,12 +93,20 @@ func testConcurrencyAndHolding(t *testing.T, bk Backend) {
 	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(b), apiv1.CodeThrottled) || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("beyond the hold queue: %d %q Retry-After %q", resp.StatusCode, b, resp.Header.Get("Retry-After"))
 	}
+	fnAnswered(t, e, http.StatusTooManyRequests, 1) // handed to the store before the two below, if at all
 	close(release)
 	if r := <-first; r.code != 200 {
 		t.Errorf("first: %+v", r)
 	}
 	if r := <-second; r.code != 200 || r.body != "done" {
 		t.Errorf("held: %+v", r)
+	}
+	// Only the requests an instance was given are recorded: not the refused one (/fn/ is public;
+	// refusals cost nothing to cause).
+	var inv []apiv1.Invocation
+	waitFor(10*time.Second, func() bool { inv, _ = e.C.Invocations(ctx, "one"); return len(inv) >= 2 })
+	if len(inv) != 2 || inv[0].Status != 200 || inv[1].Status != 200 {
+		t.Errorf("records %+v, want the two requests served (200), not the 429", inv)
 	}
 	mu.Lock()
 	if peak != 1 {

@@ -3,8 +3,10 @@ package apitest
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 	dto "github.com/prometheus/client_model/go"
@@ -102,5 +104,37 @@ func testMetricsNotPublic(t *testing.T, bk Backend) {
 				t.Errorf("GET %s with %s tells: %.300s", path, who, b)
 			}
 		}
+	}
+}
+
+// fnAnswered waits until /fn/ has finished n requests answered with status code: their handlers
+// returned, so a record any of them made was handed to the store, and is listed no later than
+// one handed over after it (the stores keep the order).
+func fnAnswered(t *testing.T, e *Env, code, n int) {
+	t.Helper()
+	count := func() float64 {
+		mfs, err := e.Srv.Metrics().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := 0.0
+		for _, mf := range mfs {
+			if mf.GetName() != "sless_http_requests_total" {
+				continue
+			}
+			for _, m := range mf.Metric {
+				labels := map[string]string{}
+				for _, l := range m.Label {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["route"] == "/fn/{ns}/{name}" && labels["code"] == strconv.Itoa(code) {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return sum
+	}
+	if !waitFor(10*time.Second, func() bool { return count() >= float64(n) }) {
+		t.Fatalf("/fn/ answered %v requests with %d, want %d", count(), code, n)
 	}
 }

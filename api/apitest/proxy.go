@@ -171,6 +171,23 @@ func testProxyErrors(t *testing.T, bk Backend) {
 		t.Errorf("oversize body: %d %s", code, ecode)
 	}
 
+	// A refusal before an instance was given the request (503 not ready, no instance) leaves no
+	// record: once their handlers are done, the request "starting" serves when its instance is
+	// there is its only record, and "pending" has none.
+	fnAnswered(t, e, http.StatusServiceUnavailable, 2)
+	e.Resolver.Set(e.NS, "starting", up.URL)
+	if code, ecode, b := e.Raw("GET", "/fn/"+e.NS+"/starting", "", "", nil); code != 200 {
+		t.Errorf("starting with an instance: %d %s %s", code, ecode, b)
+	}
+	var started []apiv1.Invocation
+	waitFor(10*time.Second, func() bool { started, _ = e.C.Invocations(ctx, "starting"); return len(started) > 0 })
+	if len(started) != 1 || started[0].Status != 200 {
+		t.Errorf("starting's records %+v, want only the request its instance served", started)
+	}
+	if inv, err := e.C.Invocations(ctx, "pending"); err != nil || len(inv) != 0 {
+		t.Errorf("pending's records %+v %v, want none", inv, err)
+	}
+
 	inv, _ := e.C.Invocations(ctx, "hang")
 	if len(inv) != 1 || inv[0].Status != 504 || inv[0].DurationMS < 900 {
 		t.Errorf("hang invocations %+v", inv)
