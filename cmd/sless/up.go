@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -27,7 +26,6 @@ import (
 	"github.com/sless-dev/sless/cmd/internal/options"
 	"github.com/sless-dev/sless/local"
 	"github.com/sless-dev/sless/local/network"
-	"github.com/sless-dev/sless/local/runtimeimages"
 )
 
 func defaultDataDir() string {
@@ -81,7 +79,7 @@ func (c *upConfig) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.regListen, "registry-listen", "127.0.0.1:5000", "embedded registry address")
 	fs.StringVar(&c.podmanRoot, "podman-root", filepath.Join(defaultCacheDir(), "podman"), "podman storage (shared, so base layers are pulled once)")
 	fs.StringVar(&c.basesDir, "bases-dir", filepath.Join(defaultCacheDir(), "bases"), "language base image layouts (hack/build-bases.sh)")
-	fs.StringVar(&c.basesScript, "bases-script", "hack/build-bases.sh", "script that builds missing bases ('' to never build)")
+	fs.StringVar(&c.basesScript, "bases-script", ownBasesScript(), "absolute path of the script that builds missing bases (default: hack/build-bases.sh of the tree this binary was built from, never the working directory's; '' to never build)")
 	fs.StringVar(&c.depsCA, "deps-ca-file", defaultCAFile(), "CA bundle for dependency installs ('' for the runtime image's own)")
 	fs.StringVar(&c.subnetFlag, "subnet", "", "the instance's IPv4 /24 for its own container networks (default: a free one in 10.89.0.0/16; never podman's 10.88.0.0/16)")
 	fs.StringArrayVar(&c.egressAllowFlags, "egress-allow", nil, "CIDR:PORT (or CIDR:*) functions, jobs and cron runs may reach although it is not the outside (a private range, a LAN database); repeatable")
@@ -126,10 +124,7 @@ func (c *upConfig) complete() error {
 	if err := c.auth.Validate(); err != nil {
 		return usageError{err.Error()}
 	}
-	if _, err := os.Stat(c.basesScript); err != nil {
-		c.basesScript = ""
-	}
-	return nil
+	return checkBasesScript(c.basesScript)
 }
 
 // localQuota is the per-tenant caps of the single host.
@@ -231,7 +226,7 @@ func runUp(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error {
 	}
 	err = serveUp(ctx, p, func(ctx context.Context) error {
 		// Missing language bases are built first (minutes, once); /readyz says so meanwhile.
-		return buildBases(ctx, p, c.basesDir, c.basesScript, stderr)
+		return buildBases(ctx, p.NotReady, c.basesDir, c.basesScript, stderr)
 	}, served{api.NewHTTPServer("", handler, logger), ln}, served{api.NewHTTPServer("", api.MetricsHandler(srv.Metrics(), metricsToken), logger), mln})
 	fmt.Fprintln(stdout, "sless up: stopped; function containers keep running and are adopted on the next start")
 	return err
@@ -302,24 +297,6 @@ func serveUp(ctx context.Context, p *local.Platform, prepare func(context.Contex
 		cancel()
 		return errors.Join(rest(), <-runErr)
 	}
-}
-
-// buildBases runs script for every runtime whose base layout is missing from basesDir.
-func buildBases(ctx context.Context, p *local.Platform, basesDir, script string, progress io.Writer) error {
-	for _, rt := range runtimeimages.Missing(basesDir) {
-		if script == "" {
-			return fmt.Errorf("the %s base image is missing from %s; build it with hack/build-bases.sh %s", rt, basesDir, rt)
-		}
-		p.NotReady("building the " + rt + " base image (first start only; a few minutes)")
-		fmt.Fprintf(progress, "sless up: building the %s base image from Debian packages (first start only, a few minutes)…\n", rt)
-		cmd := exec.CommandContext(ctx, "bash", script, rt)
-		cmd.Stdout, cmd.Stderr = io.Discard, progress
-		cmd.Env = append(os.Environ(), "SLESS_CACHE="+filepath.Dir(basesDir))
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("building the %s base with %s: %w", rt, script, err)
-		}
-	}
-	return nil
 }
 
 // devAuth keeps an HS256 secret in the data dir (made on first start) and writes a ready-to-use
