@@ -141,11 +141,15 @@ func (c *cli) fails(args []string, want ...string) result {
 }
 
 const cliHandler = `import os
+import sys
 
 V = 1
 
 def handle(event):
     print("handled", event.get("path"), flush=True)  # for sless logs
+    if event.get("path") == "/hostile":  # terminal controls: title, clear, CR, 8-bit CSI, DCS
+        sys.stdout.buffer.write(b"\x1b]0;pwned\x07\x1b[2Jhostile-marker\rX\xc2\x9b31mY\x1bPq\x1b\\\n")
+        sys.stdout.flush()
     if "input" in event:  # a job's event
         return {"sum": sum(event["input"])}
     if "boom" in event:
@@ -345,6 +349,17 @@ func TestAuthorCLI(t *testing.T) {
 		var e apiv1.Event
 		if l, _, _ := strings.Cut(c.ok("fn", "events", "hello", "-o", "json").stdout, "\n"); json.Unmarshal([]byte(l), &e) != nil || e.Reason == "" || e.Time.IsZero() {
 			t.Errorf("events -o json: %q", l)
+		}
+
+		// What the function wrote reaches the terminal without its controls (termSafe).
+		c.ok("invoke", "hello", "--path", "/hostile")
+		var hostile string
+		waitUntil(t, 60*time.Second, "the hostile line in sless logs", func() bool {
+			hostile = c.ok("logs", "hello").stdout
+			return strings.Contains(hostile, "hostile-marker")
+		})
+		if !strings.Contains(hostile, " hostile-markerXY\n") || strings.ContainsAny(hostile, "\x1b\x07\r\u009b") {
+			t.Errorf("sless logs passed terminal controls on: %q", hostile)
 		}
 
 		// -f prints the lines that come, until interrupted (exit 0).

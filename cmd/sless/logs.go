@@ -153,21 +153,23 @@ func logTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.00
 
 // formatLogLine is `sless logs`' text line: TIME INSTANCE LINE, "stderr" before the line when the
 // platform kept the stream apart; a build log's lines need no instance. The instance is shown
-// without what every instance of function name repeats (-o json has it whole).
+// without what every instance of function name repeats (-o json has it whole). What tenant code
+// wrote is shown without terminal controls (termSafe); -o json has it as written, JSON-escaped.
 func formatLogLine(name string, l apiv1.LogLine) string {
 	var b strings.Builder
 	b.WriteString(logTime(l.Time))
 	if l.Stream != apiv1.StreamBuild {
-		b.WriteString(" " + shortInstance(name, l.Instance))
+		b.WriteString(" " + termSafe(shortInstance(name, l.Instance)))
 	}
 	if l.Stream == apiv1.StreamStderr {
 		b.WriteString(" stderr")
 	}
-	b.WriteString(" " + l.Line + "\n")
+	b.WriteString(" " + termSafe(l.Line) + "\n")
 	return b.String()
 }
 
-// formatEvent is `sless fn events`' text line: TIME REASON MESSAGE (a warning marked).
+// formatEvent is `sless fn events`' text line: TIME REASON MESSAGE (a warning marked). A message
+// may quote an install's output (tenant code): it is shown without terminal controls.
 func formatEvent(e apiv1.Event) string {
 	msg := e.Message
 	if e.Type == apiv1.EventWarning && e.Reason != apiv1.ReasonFailed {
@@ -176,7 +178,7 @@ func formatEvent(e apiv1.Event) string {
 	if e.CodeSHA256 != "" {
 		msg += " (code " + e.CodeSHA256[:min(12, len(e.CodeSHA256))] + ")"
 	}
-	return fmt.Sprintf("%s %-22s %s\n", logTime(e.Time), e.Reason, strings.TrimSpace(msg))
+	return fmt.Sprintf("%s %-22s %s\n", logTime(e.Time), termSafe(e.Reason), termSafe(strings.TrimSpace(msg)))
 }
 
 // shortInstance drops the part of an instance's name up to the function's name: a pod

@@ -30,3 +30,40 @@ func TestFormatLogLineAndEvent(t *testing.T) {
 		t.Errorf("event %q, want %q", got, want)
 	}
 }
+
+// What a function writes reaches `sless logs` (and an install's output `sless fn events`) without
+// anything a terminal would act on: titles, clears, cursor moves, carriage returns, 8-bit
+// introducers, device queries; the visible text stays.
+func TestHostileOutputIsNotTerminalControl(t *testing.T) {
+	at := time.Date(2026, 12, 1, 20, 2, 3, 456e6, time.UTC)
+	for _, tc := range []struct{ line, want string }{
+		{"\x1b]0;pwned\x07title", "title"},                       // OSC, BEL-terminated
+		{"\x1b]8;;http://evil/\x1b\\link\x1b]8;;\x1b\\", "link"}, // OSC 8 hyperlink, ST-terminated
+		{"\x1b[2J\x1b[Hcleared", "cleared"},                      // erase display, cursor home
+		{"done\rfake line", "donefake line"},                     // carriage return overwrites
+		{"a\x1b[1A\x1b[2Kb", "ab"},                               // cursor up, erase line
+		{"\u009b31mred\u009b0m", "red"},                          // 8-bit CSI as UTF-8
+		{"\u009d0;t\u009cx", "x"},                                // 8-bit OSC … ST
+		{"\x9b31mraw", "\ufffd31mraw"},                           // a lone 0x9b byte is not UTF-8
+		{"\x1bP+q544e\x1b\\q", "q"},                              // DCS (XTGETTCAP)
+		{"\x1b[6n\x1b[c\x1bZ", ""},                               // cursor position and device attribute queries
+		{"\x1b(0lqk\x1b(B", "lqk"},                               // charset designation
+		{"bell\x07 bs\x08 nul\x00 del\x7f vt\x0b ff\x0c", "bell bs nul del vt ff"},
+		{"\x1b]0;never terminated", ""},
+		{"tab\tkept", "tab\tkept"},
+		{"multi\nline", "multi\nline"},
+		{"ünïcödé ✓ 日本", "ünïcödé ✓ 日本"},
+	} {
+		got := formatLogLine("hello", apiv1.LogLine{Time: at, Instance: "hello-x", Stream: apiv1.StreamStdout, Line: tc.line})
+		if want := "2026-12-01T20:02:03.456Z x " + tc.want + "\n"; got != want {
+			t.Errorf("line %q: %q, want %q", tc.line, got, want)
+		}
+	}
+	if got := formatLogLine("hello", apiv1.LogLine{Time: at, Instance: "hello-\x1b[2Jx", Line: "l"}); got != "2026-12-01T20:02:03.456Z x l\n" {
+		t.Errorf("instance with a control sequence: %q", got)
+	}
+	e := apiv1.Event{Time: at, Type: apiv1.EventWarning, Reason: apiv1.ReasonFailed, Message: "pip: \x1b]0;pwned\x07\x1b[31merror\x1b[0m\r"}
+	if got, want := formatEvent(e), "2026-12-01T20:02:03.456Z Failed                 pip: error\n"; got != want {
+		t.Errorf("event %q, want %q", got, want)
+	}
+}
