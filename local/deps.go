@@ -42,7 +42,7 @@ func (r *depsResolver) Resolve(ctx context.Context, s deps.Spec, in deps.Install
 	defer cancel()
 	// In the tenant's uid range, as its functions: an install's processes count against no one
 	// else's limits. (A shared key is installed in the range of the tenant that asked first.)
-	base, err := p.db.UIDBase(s.Namespace)
+	base, err := p.uids.base(ctx, s.Namespace)
 	if err != nil {
 		return err
 	}
@@ -52,7 +52,7 @@ func (r *depsResolver) Resolve(ctx context.Context, s deps.Spec, in deps.Install
 	}
 	name := fmt.Sprintf("sless-deps-%s-%d", p.instance, r.runs.Add(1))
 	spec := podman.Spec{Name: name, Image: s.RuntimeImage, Remove: true, User: fmt.Sprintf("%d:%d", runspec.UID, runspec.GID),
-		Labels:  map[string]string{runspec.LabelInstance: p.instance, runspec.LabelRole: string(runspec.RoleDeps)},
+		Labels:  map[string]string{runspec.LabelInstance: p.instance, runspec.LabelNamespace: s.Namespace, runspec.LabelRole: string(runspec.RoleDeps)},
 		Volumes: []string{inDir + ":/in:ro", outDir + ":" + deps.OutDir}, Confined: true, MemoryMB: depsMemoryMB,
 		Flags:   []string{"--tmpfs", "/work:rw,nosuid,nodev,size=" + depsScratch + ",mode=1777"},
 		WorkDir: "/work", Command: in.Argv, Network: p.nets.Deps.Name, IDBase: base, Env: []podman.EnvVar{{Name: "TMPDIR", Value: "/work"}}}

@@ -173,7 +173,7 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec objects.
 		c.scaler.forget(ns, spec.Name)
 		return apply(lifecycle.Disabled{Triggers: names})
 	}
-	f, err := p.runnerFunction(ns, spec, image)
+	f, err := p.runnerFunction(ctx, ns, spec, image)
 	if err != nil {
 		return err
 	}
@@ -317,8 +317,8 @@ func ignoreNotFound(err error) error {
 // runnerFunction is what the runner runs for ns's function spec at image: in the tenant's own
 // range of host uids (allocated on its first container), so that one tenant's processes never
 // count against another's limits.
-func (p *Platform) runnerFunction(ns string, spec objects.FunctionSpec, image string) (runner.Function, error) {
-	base, err := p.db.UIDBase(ns)
+func (p *Platform) runnerFunction(ctx context.Context, ns string, spec objects.FunctionSpec, image string) (runner.Function, error) {
+	base, err := p.uids.base(ctx, ns)
 	return runner.Function{Namespace: ns, Name: spec.Name, Image: image, Env: spec.EnvVars, TimeoutSec: spec.TimeoutSec,
 		MemoryMB: spec.MemoryMB, IDBase: base}, err
 }

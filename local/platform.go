@@ -116,6 +116,7 @@ type Platform struct {
 	builder  *oci.Builder
 	pm       *podman.Client
 	run      *runner.Runner
+	uids     *uidRanges
 	ctrl     *controller
 
 	stopGuard context.CancelFunc
@@ -195,6 +196,8 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	}
 	p.pm.Gate(p.nets.Ensure)
 	p.run = runner.New(p.pm, p.instance, cfg.DataDir, p.nets.Functions.Name)
+	p.uids = newUIDRanges(p.db, p.run.List, p.log)
+	p.pm.GuardIDs(p.uids.guard)
 	p.run.SetLimits(runner.Limits{MemoryMB: cfg.Quota.MemoryMB, Runs: cfg.Quota.Runs})
 	p.run.SetAddresses(func(id string) (netip.Addr, bool) { return p.nets.Address(p.nets.Functions, id) })
 	if p.code, err = codestore.NewDir(filepath.Join(cfg.DataDir, "code")); err != nil {
@@ -385,8 +388,10 @@ func (n *namespaces) Delete(ctx context.Context, ns string) error {
 	if err := n.Namespaces.Delete(ctx, ns); err != nil {
 		return err
 	}
+	// Not an install: one of a dependency key another tenant's build may wait for.
 	n.p.run.RemoveWhere(ctx, 5, func(c runner.Container) bool {
-		return c.Labels[runspec.LabelNamespace] == ns && c.Labels[runspec.LabelRole] != string(runspec.RoleFunction)
+		role := runspec.Role(c.Labels[runspec.LabelRole])
+		return c.Labels[runspec.LabelNamespace] == ns && role != runspec.RoleFunction && role != runspec.RoleDeps
 	})
 	return nil
 }

@@ -25,7 +25,7 @@ func (c *controller) recover(ctx context.Context) error {
 			// A container that runs this function's current build serves at once: /fn/ answers from
 			// the moment the platform is ready, before the controller gets to the function.
 			if f.Status.Image != "" && f.Spec.CodeSHA256 != "" {
-				if rf, err := p.runnerFunction(ns, f.Spec, f.Status.Image); err == nil {
+				if rf, err := p.runnerFunction(ctx, ns, f.Spec, f.Status.Image); err == nil {
 					adopt = append(adopt, rf)
 				}
 			}

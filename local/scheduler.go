@@ -143,7 +143,7 @@ func (s *scheduler) fire(ctx context.Context, ns string, t objects.Trigger, due 
 		}
 		return
 	}
-	rf, err := s.c.p.runnerFunction(ns, fn.Spec, fn.Status.Image)
+	rf, err := s.c.p.runnerFunction(ctx, ns, fn.Spec, fn.Status.Image)
 	if err != nil {
 		if consume() == nil {
 			s.c.p.log.Error("cron run not started", "namespace", ns, "trigger", name, "error", err)

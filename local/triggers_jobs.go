@@ -77,7 +77,7 @@ func (c *controller) reconcileJob(ctx context.Context, ns, jname string) error {
 	if err != nil || fn.Status.Image == "" {
 		return apply(lifecycle.RunWaiting{Message: fmt.Sprintf("waiting for function %q to be built", spec.FunctionRef)})
 	}
-	rf, err := p.runnerFunction(ns, fn.Spec, fn.Status.Image)
+	rf, err := p.runnerFunction(ctx, ns, fn.Spec, fn.Status.Image)
 	if err != nil {
 		return err
 	}

@@ -53,10 +53,19 @@ var RunFlags = append([]string{"--network", "host"}, Ulimits...)
 
 // Client runs podman with sless's containers.conf and storage.
 type Client struct {
-	bin    string
-	global []string
-	env    []string
-	gate   func(context.Context) error
+	bin     string
+	global  []string
+	env     []string
+	gate    func(context.Context) error
+	idGuard func(context.Context, Spec) (func(), error)
+}
+
+// GuardIDs makes every container Start or Create with an IDBase ask guard first: guard refuses
+// one whose range is no longer its tenant's, and its done is called once podman has returned
+// (the container then exists, or never will), so that a range is not given away while a
+// container is being made in it.
+func (c *Client) GuardIDs(guard func(ctx context.Context, s Spec) (done func(), err error)) {
+	c.idGuard = guard
 }
 
 // Gate makes every `podman run` and `podman start` wait for check first and fail with its error:
@@ -171,9 +180,12 @@ type EnvVar struct{ Name, Value string }
 
 // RunArgs are the `podman run` arguments for s (its network or RunFlags, and pulling over plain
 // HTTP from a registry on 127.0.0.1, included).
-func RunArgs(s Spec) []string {
-	args := []string{"run", "--name", s.Name}
-	if s.Detach {
+func RunArgs(s Spec) []string { return specArgs("run", s) }
+
+// specArgs are the arguments of `podman run` (verb "run") or `podman create` of s.
+func specArgs(verb string, s Spec) []string {
+	args := []string{verb, "--name", s.Name}
+	if s.Detach && verb == "run" {
 		args = append(args, "-d")
 	}
 	if s.Remove {
@@ -225,7 +237,23 @@ func RunArgs(s Spec) []string {
 
 // Start runs s and returns its output (with Detach, the container's ID).
 func (c *Client) Start(ctx context.Context, s Spec) (string, error) {
-	return c.Run(ctx, RunArgs(s)...)
+	return c.runSpec(ctx, s, RunArgs(s))
+}
+
+// Create creates s's container without starting it (`podman create`) and returns its ID.
+func (c *Client) Create(ctx context.Context, s Spec) (string, error) {
+	return c.runSpec(ctx, s, specArgs("create", s))
+}
+
+func (c *Client) runSpec(ctx context.Context, s Spec, args []string) (string, error) {
+	if c.idGuard != nil && s.IDBase != 0 {
+		done, err := c.idGuard(ctx, s)
+		if err != nil {
+			return "", fmt.Errorf("podman %s %s: %w", args[0], s.Name, err)
+		}
+		defer done()
+	}
+	return c.Run(ctx, args...)
 }
 
 // Container is one entry of List.

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/sless-dev/sless/activator"
-	"github.com/sless-dev/sless/local/podman"
 	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/runspec"
 )
@@ -241,11 +240,9 @@ func (r *Runner) PrepareSpare(ctx context.Context, ns, name string) error {
 	spec, err := r.functionSpec(f, cname)
 	var id string
 	if err == nil {
-		args := slices.DeleteFunc(podman.RunArgs(spec), func(a string) bool { return a == "-d" })
-		args[0] = "create"
-		if id, err = r.pm.Run(ctx, args...); err != nil && strings.Contains(err.Error(), "already in use") {
+		if id, err = r.pm.Create(ctx, spec); err != nil && strings.Contains(err.Error(), "already in use") {
 			r.pm.Remove(ctx, cname, 0) // a leftover of the name
-			id, err = r.pm.Run(ctx, args...)
+			id, err = r.pm.Create(ctx, spec)
 		}
 	}
 	r.mu.Lock()

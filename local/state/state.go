@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -28,6 +27,8 @@ var (
 	bucketInvocations = []byte("invocations")
 	bucketDepsPins    = []byte("deps_pins")
 	bucketUIDRanges   = []byte("uid_ranges")
+	// bucketUIDFree holds the ranges given back (ReleaseUIDRange), by base, big-endian: lowest first.
+	bucketUIDFree = []byte("uid_free")
 )
 
 // schemaVersion 2 keeps spec and status apart (version 1, before it, had no meta bucket).
@@ -64,7 +65,7 @@ func Open(path string, onChange func(k Kind, ns, name string)) (*DB, error) {
 		return nil, fmt.Errorf("opening state %s (is another sless up using this data dir?): %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketNamespaces, bucketFunctions, bucketTriggers, bucketJobs, bucketBuilds, bucketInvocations, bucketDepsPins, bucketUIDRanges} {
+		for _, b := range [][]byte{bucketMeta, bucketNamespaces, bucketFunctions, bucketTriggers, bucketJobs, bucketBuilds, bucketInvocations, bucketDepsPins, bucketUIDRanges, bucketUIDFree} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -469,47 +470,4 @@ func (s *DB) SetPin(_ context.Context, key, digest string) error {
 // DropPin forgets the digest of a dependency layer key whose layer was deleted from the registry.
 func (s *DB) DropPin(_ context.Context, key string) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketDepsPins).Delete([]byte(key)) })
-}
-
-// UIDRangeStart is the first host uid of tenants' ranges: above the ranges /etc/subuid hands out
-// (100000 + 65536·n) for a long way.
-const UIDRangeStart = 1 << 24
-
-// UIDRangeSize is one tenant's range: a whole container uid space.
-const UIDRangeSize = 65536
-
-// UIDBase is namespace ns's range of host uids and gids (container id 0 is host id UIDBase),
-// allocated on first use and never given to another namespace, even after ns is deleted.
-func (s *DB) UIDBase(ns string) (uint32, error) {
-	var base uint32
-	err := s.db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketUIDRanges).Get([]byte(ns)); v != nil {
-			n, err := strconv.ParseUint(string(v), 10, 32)
-			base = uint32(n)
-			return err
-		}
-		return nil
-	})
-	if err != nil || base != 0 {
-		return base, err
-	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketUIDRanges)
-		if v := b.Get([]byte(ns)); v != nil { // allocated meanwhile
-			n, err := strconv.ParseUint(string(v), 10, 32)
-			base = uint32(n)
-			return err
-		}
-		seq, err := b.NextSequence()
-		if err != nil {
-			return err
-		}
-		next := uint64(UIDRangeStart) + (seq-1)*UIDRangeSize
-		if next+UIDRangeSize > 1<<32-2 {
-			return errors.New("no uid range left for another namespace")
-		}
-		base = uint32(next)
-		return b.Put([]byte(ns), []byte(strconv.FormatUint(next, 10)))
-	})
-	return base, err
 }

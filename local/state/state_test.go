@@ -216,6 +216,81 @@ func TestUIDRanges(t *testing.T) {
 	}
 }
 
+// A deleted namespace's range is given back only while the namespace stays gone, and the lowest
+// range given back is the next one handed out (also after a reopen); ranges in use never are.
+func TestUIDRangesReleased(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.db")
+	db, err := state.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { db.Close() }()
+	base := map[string]uint32{}
+	for _, ns := range []string{"a", "b", "c", "d"} {
+		if err := db.Namespaces.Ensure(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+		if base[ns], err = db.UIDBase(ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// c holds a function: its namespace stays.
+	if _, err := db.Functions.Create(ctx, "c", objects.FunctionSpec{Name: "f", Runtime: "python3.11"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Namespaces.Delete(ctx, "c"); err == nil {
+		t.Fatal("a namespace holding a function was deleted")
+	}
+	if deleted, err := db.DeletedUIDRanges(); err != nil || len(deleted) != 0 {
+		t.Fatalf("ranges of live namespaces listed as deleted: %v %v", deleted, err)
+	}
+	if ok, err := db.ReleaseUIDRange("a"); ok || err != nil {
+		t.Fatalf("the range of an existing namespace was released: %v %v", ok, err)
+	}
+	for _, ns := range []string{"a", "b", "d"} {
+		if err := db.Namespaces.Delete(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleted, err := db.DeletedUIDRanges()
+	if err != nil || len(deleted) != 3 || deleted["b"] != base["b"] || deleted["d"] != base["d"] {
+		t.Fatalf("deleted namespaces' ranges: %v %v, want a, b and d of %v", deleted, err, base)
+	}
+	for _, ns := range []string{"d", "b"} {
+		if ok, err := db.ReleaseUIDRange(ns); !ok || err != nil {
+			t.Fatalf("releasing %s: %v %v", ns, ok, err)
+		}
+	}
+	// Ensured again before its range was released: it keeps it.
+	if err := db.Namespaces.Ensure(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := db.ReleaseUIDRange("a"); ok {
+		t.Error("the range of a namespace ensured again was released")
+	}
+	if got, _ := db.UIDBase("a"); got != base["a"] {
+		t.Errorf("a got %d back, want its own %d", got, base["a"])
+	}
+	db.Close()
+	if db, err = state.Open(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Released once, handed out once, lowest first; then new ones.
+	e, _ := db.UIDBase("e")
+	f, _ := db.UIDBase("f")
+	g, _ := db.UIDBase("g")
+	if e != base["b"] || f != base["d"] || g != base["d"]+state.UIDRangeSize {
+		t.Errorf("e %d f %d g %d; want b's %d, d's %d, then a new one", e, f, g, base["b"], base["d"])
+	}
+	if got, _ := db.UIDBase("c"); got != base["c"] {
+		t.Errorf("c (it holds a function) has %d, want its own %d", got, base["c"])
+	}
+	if ok, _ := db.ReleaseUIDRange("b"); ok {
+		t.Error("a range released twice")
+	}
+}
+
 // The state file is the single host's deps.Pins: a dropped pin is gone for good (also after a
 // reopen), the others stay, and dropping one that is not there is fine.
 func TestPins(t *testing.T) {
