@@ -25,9 +25,9 @@ import (
 	"github.com/sless-dev/sless/operator/resources"
 )
 
-// apiServer makes the REST API and /fn/ (and the internal loads and metrics listeners); the returned func
-// serves until ctx ends, then drains: /readyz fails, new connections are refused, and the
-// requests in flight (held cold starts included) finish within --drain-timeout.
+// apiServer makes the REST API and /fn/ (and the internal loads and metrics listeners); the
+// returned func serves until ctx ends, then drains: /readyz fails, new connections are refused,
+// and the requests in flight (held cold starts included) finish within --drain-timeout.
 func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore.Store, tenant resources.TenantConfig, scaler *controllers.Scaler,
 	builds *build.Metrics, logger *slog.Logger) (func(context.Context) error, error) {
 	verifier, err := c.verifier(ctx, logger)
