@@ -388,7 +388,7 @@ func (n *namespaces) Delete(ctx context.Context, ns string) error {
 	if err := n.Namespaces.Delete(ctx, ns); err != nil {
 		return err
 	}
-	// Not an install: one of a dependency key another tenant's build may wait for.
+	// Installs stay: another tenant's build may wait for the same dependency key.
 	n.p.run.RemoveWhere(ctx, 5, func(c runner.Container) bool {
 		role := runspec.Role(c.Labels[runspec.LabelRole])
 		return c.Labels[runspec.LabelNamespace] == ns && role != runspec.RoleFunction && role != runspec.RoleDeps
