@@ -138,13 +138,27 @@ func fnEventsCmd() *cobra.Command {
 	return c
 }
 
-// printJSONLine writes v as one compact JSON line (NDJSON, like the API).
+// printJSONLine writes v as one compact JSON line (NDJSON, like the API). encoding/json escapes
+// C0 controls but leaves DEL and the C1 controls (U+0080–U+009F) raw, which a terminal may act on
+// (U+009B is CSI): they are escaped too, the JSON meaning the same.
 func printJSONLine(w io.Writer, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
+	var out []byte
+	for i := 0; i < len(b); i++ {
+		switch {
+		case b[i] == 0x7f:
+			out = fmt.Appendf(out, `\u%04x`, b[i])
+		case b[i] == 0xc2 && i+1 < len(b) && b[i+1] >= 0x80 && b[i+1] <= 0x9f:
+			out = fmt.Appendf(out, `\u%04x`, b[i+1])
+			i++
+		default:
+			out = append(out, b[i])
+		}
+	}
+	_, err = fmt.Fprintf(w, "%s\n", out)
 	return err
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +67,23 @@ func TestHostileOutputIsNotTerminalControl(t *testing.T) {
 	e := apiv1.Event{Time: at, Type: apiv1.EventWarning, Reason: apiv1.ReasonFailed, Message: "pip: \x1b]0;pwned\x07\x1b[31merror\x1b[0m\r"}
 	if got, want := formatEvent(e), "2026-12-01T20:02:03.456Z Failed                 pip: error\n"; got != want {
 		t.Errorf("event %q, want %q", got, want)
+	}
+}
+
+// -o json keeps what the function wrote, as JSON escapes only: no raw DEL or C1 control (which
+// encoding/json leaves raw) reaches the terminal, and the line decodes to what was written.
+func TestJSONLinesEscapeControls(t *testing.T) {
+	l := apiv1.LogLine{Line: "a\x1b[2J\u009b31m\u009d0;t\u009c\x7fé✓"}
+	var b strings.Builder
+	if err := printJSONLine(&b, l); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.ContainsAny(out, "\x1b\x7f\u009b\u009c\u009d") || !strings.HasSuffix(out, "\n") || strings.Count(out, "\n") != 1 {
+		t.Errorf("-o json line %q carries raw controls", out)
+	}
+	var back apiv1.LogLine
+	if err := json.Unmarshal([]byte(out), &back); err != nil || back.Line != l.Line {
+		t.Errorf("-o json line %q decodes to %q %v, want %q", out, back.Line, err, l.Line)
 	}
 }
