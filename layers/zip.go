@@ -47,8 +47,14 @@ func zipEntries(r io.ReaderAt, size int64, opts []Option) (*options, []entry, er
 	if size == 0 {
 		return nil, nil, fmt.Errorf("%w: the archive is empty (0 bytes); upload a zip of the function's files", ErrInvalidArchive)
 	}
-	if n, ok := zipRecordCount(r, size); ok && n > uint64(o.maxEntries) {
-		return nil, nil, fmt.Errorf("%w: the archive's directory declares %d entries, more than %d", ErrTooManyEntries, n, o.maxEntries)
+	// Counted before archive/zip parses the directory, since it allocates for every record it reads.
+	if d, ok := findZipDirectory(r, size); ok {
+		if d.declared > uint64(o.maxEntries) {
+			return nil, nil, fmt.Errorf("%w: the archive's directory declares %d entries, more than %d", ErrTooManyEntries, d.declared, o.maxEntries)
+		}
+		if n := countDirectoryRecords(r, size, d, o.maxEntries); n > o.maxEntries {
+			return nil, nil, fmt.Errorf("%w: the archive's directory holds more than %d entries (its end record declares %d)", ErrTooManyEntries, o.maxEntries, d.declared)
+		}
 	}
 	zr, err := zip.NewReader(r, size)
 	if err != nil && !errors.Is(err, zip.ErrInsecurePath) { // insecure names are judged below, with reasons
