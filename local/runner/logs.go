@@ -30,6 +30,16 @@ const logMaxSize = "8mb"
 // logPoll is how often a followed log looks for new lines.
 const logPoll = 200 * time.Millisecond
 
+// logListing is one read of a function's log directory. Every follower of the function looks
+// whether its container still runs once per logPoll; they share one read per logPoll instead of
+// listing the directory each (a function of 100 instances followed 16 times would otherwise list
+// a directory of hundreds of files 8,000 times a second).
+type logListing struct {
+	at    time.Time
+	files []logFile
+	err   error
+}
+
 var _ objects.Logs = (*Runner)(nil)
 
 func (r *Runner) logDir(ns, name string) string { return filepath.Join(r.dataDir, "logs", ns, name) }
@@ -53,7 +63,11 @@ type logFile struct {
 }
 
 func (r *Runner) logFiles(ns, name string) ([]logFile, error) {
-	entries, err := os.ReadDir(r.logDir(ns, name))
+	readDir := os.ReadDir
+	if r.readDir != nil {
+		readDir = r.readDir
+	}
+	entries, err := readDir(r.logDir(ns, name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -94,6 +108,31 @@ func (r *Runner) live(ns, name string) map[string]bool {
 	return m
 }
 
+// sharedLogFiles is the function's log files as read at most logPoll ago (logListing).
+func (r *Runner) sharedLogFiles(ns, name string) ([]logFile, error) {
+	now := time.Now()
+	if r.now != nil {
+		now = r.now()
+	}
+	key := ns + "/" + name
+	r.listMu.Lock()
+	defer r.listMu.Unlock() // held while listing: followers that tick together wait for one read
+	if l, ok := r.listings[key]; ok && now.Sub(l.at) < logPoll && !now.Before(l.at) {
+		return l.files, l.err
+	}
+	files, err := r.logFiles(ns, name)
+	if r.listings == nil {
+		r.listings = map[string]logListing{}
+	}
+	for k, l := range r.listings {
+		if now.Sub(l.at) > time.Minute { // no longer followed
+			delete(r.listings, k)
+		}
+	}
+	r.listings[key] = logListing{at: now, files: files, err: err}
+	return files, err
+}
+
 // LogInstances lists the function's containers with a log: those that run (each name's newest
 // file) and those stopped within fnlog.KeepStopped.
 func (r *Runner) LogInstances(_ context.Context, ns, name string) ([]objects.LogInstance, error) {
@@ -101,6 +140,10 @@ func (r *Runner) LogInstances(_ context.Context, ns, name string) ([]objects.Log
 	if err != nil {
 		return nil, err
 	}
+	return r.logInstances(ns, name, files), nil
+}
+
+func (r *Runner) logInstances(ns, name string, files []logFile) []objects.LogInstance {
 	live := r.live(ns, name)
 	newest := map[string]string{}
 	for _, f := range files {
@@ -114,16 +157,16 @@ func (r *Runner) LogInstances(_ context.Context, ns, name string) ([]objects.Log
 		}
 		out = append(out, objects.LogInstance{ID: f.id, Stopped: !running})
 	}
-	return out, nil
+	return out
 }
 
 // stillRunning reports whether log id is a running container's.
 func (r *Runner) stillRunning(ns, name, id string) bool {
-	insts, err := r.LogInstances(context.Background(), ns, name)
+	files, err := r.sharedLogFiles(ns, name)
 	if err != nil {
 		return false
 	}
-	for _, in := range insts {
+	for _, in := range r.logInstances(ns, name, files) {
 		if in.ID == id {
 			return !in.Stopped
 		}

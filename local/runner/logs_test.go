@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,5 +180,89 @@ func TestStoppedLog(t *testing.T) {
 	lines := readAll(t, r, insts[0], objects.LogQuery{Tail: -1})
 	if len(lines) != 2 || lines[1].Line != "fatal: no newline" || lines[1].Stream != "stderr" {
 		t.Errorf("lines %+v", lines)
+	}
+}
+
+// Followers of a function's instances share one read of its log directory per logPoll: 8
+// instances followed for 3 polls list it once while the clock stands still, and once more when it
+// moves on, not once per follower and poll (24 reads before).
+func TestFollowersShareDirectoryReads(t *testing.T) {
+	const n = 8
+	clock := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	reads := 0
+	r := &Runner{dataDir: t.TempDir(), pools: map[string]*pool{},
+		now: func() time.Time { mu.Lock(); defer mu.Unlock(); return clock },
+		readDir: func(dir string) ([]os.DirEntry, error) {
+			mu.Lock()
+			reads++
+			mu.Unlock()
+			return os.ReadDir(dir)
+		}}
+	p := &pool{}
+	var paths []string
+	for i := range n {
+		flags, err := r.logFlags("ns", "fn", fmt.Sprintf("c-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, strings.TrimPrefix(flags[3], "path="))
+		writeLog(t, paths[i], "2026-12-01T10:00:00Z stdout F start")
+		p.ready = append(p.ready, &Instance{Name: fmt.Sprintf("c-%d", i)})
+	}
+	r.pools["ns/fn"] = p
+	insts, err := r.LogInstances(context.Background(), "ns", "fn")
+	if err != nil || len(insts) != n {
+		t.Fatalf("instances %+v %v", insts, err)
+	}
+	reads = 0 // LogInstances' own read; no follower runs yet
+	ctx, cancel := context.WithCancel(context.Background())
+	lines := make(chan apiv1.LogLine, 4*n)
+	var wg sync.WaitGroup
+	for _, in := range insts {
+		wg.Go(func() {
+			r.ReadLog(ctx, "ns", "fn", in, objects.LogQuery{Tail: -1, Follow: true}, func(l apiv1.LogLine) error { lines <- l; return nil })
+		})
+	}
+	defer func() { cancel(); wg.Wait() }()
+	for range n { // sent once each has read its file: what comes next, its follow loop sends
+		if l := <-lines; l.Line != "start" {
+			t.Fatalf("line %q, want start", l.Line)
+		}
+	}
+	// round appends a line to every file and waits until every follower has sent it: each has
+	// looked at its container (stillRunning) once more in between.
+	round := func(k int) {
+		t.Helper()
+		for _, p := range paths {
+			writeLog(t, p, fmt.Sprintf("2026-12-01T10:00:0%dZ stdout F round %d", k, k))
+		}
+		for range n {
+			select {
+			case l := <-lines:
+				if l.Line != fmt.Sprintf("round %d", k) {
+					t.Fatalf("line %q in round %d", l.Line, k)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: not every follower sent its line", k)
+			}
+		}
+	}
+	for k := 1; k <= 3; k++ {
+		round(k)
+	}
+	mu.Lock()
+	got := reads
+	clock = clock.Add(logPoll)
+	mu.Unlock()
+	if got != 1 {
+		t.Errorf("%d followers for 3 polls read the log directory %d times, want 1", n, got)
+	}
+	round(4)
+	mu.Lock()
+	got = reads
+	mu.Unlock()
+	if got != 2 {
+		t.Errorf("after one logPoll more, %d directory reads, want 2", got)
 	}
 }

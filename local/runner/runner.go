@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sless-dev/sless/local/podman"
 	"github.com/sless-dev/sless/runspec"
@@ -41,6 +43,12 @@ type Runner struct {
 	lookup   func(id string) (netip.Addr, bool)
 
 	ledger *ledger // what each namespace's containers take, against its Limits
+
+	listMu   sync.Mutex
+	listings map[string]logListing // "ns/name" -> its log directory as last read (sharedLogFiles)
+	// Test seams: the clock of listings and the directory read (nil: time.Now, os.ReadDir).
+	now     func() time.Time
+	readDir func(string) ([]os.DirEntry, error)
 }
 
 // New runs containers with pm on network (the instance's own: local/network), labelled with
