@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -127,6 +128,11 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer cancel()
+	release, ok := s.logSlot(w, r, ns, q.Follow)
+	if !ok {
+		return
+	}
+	defer release()
 	if q.source == apiv1.LogSourceBuild {
 		s.buildLog(ctx, w, r, ns, name, q)
 		return
@@ -176,13 +182,6 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		out.flush()
 		return
 	}
-	release, ok := s.followSlot(ns)
-	if !ok {
-		w.Header().Set("Retry-After", "10")
-		writeError(w, r, apiv1.Errorf(apiv1.CodeThrottled, "this namespace follows %d logs or event streams already; close one", maxFollowers))
-		return
-	}
-	defer release()
 	s.followLogs(ctx, newNDJSON(w), ns, name, insts, q.LogQuery)
 }
 
@@ -207,21 +206,52 @@ func mergeTail(lines, more []apiv1.LogLine, tail int) []apiv1.LogLine {
 // replica: each costs a look for instances every second.
 const maxFollowers = 16
 
+// maxLogReads bounds the GET …/logs without follow one namespace has in flight on one API
+// replica: each holds up to maxLogAnswer bytes of lines (and, on Kubernetes, a kubelet stream per
+// pod) until its client has read the answer, which a client that does not read stretches to
+// logWriteWindow per write.
+const maxLogReads = 4
+
+// logReadRetry is the Retry-After beyond maxLogReads: most reads end within a second.
+const logReadRetry = time.Second
+
 // followSlot takes one of ns's followed streams, or answers false when all are taken.
 func (s *Server) followSlot(ns string) (release func(), ok bool) {
+	return s.slot(s.followers, ns, maxFollowers)
+}
+
+// slot takes one of the limit slots of ns counted in counts, or answers false when all are taken.
+func (s *Server) slot(counts map[string]int, ns string, limit int) (release func(), ok bool) {
 	s.followMu.Lock()
 	defer s.followMu.Unlock()
-	if s.followers[ns] >= maxFollowers {
+	if counts[ns] >= limit {
 		return nil, false
 	}
-	s.followers[ns]++
+	counts[ns]++
 	return func() {
 		s.followMu.Lock()
 		defer s.followMu.Unlock()
-		if s.followers[ns]--; s.followers[ns] <= 0 {
-			delete(s.followers, ns)
+		if counts[ns]--; counts[ns] <= 0 {
+			delete(counts, ns)
 		}
 	}, true
+}
+
+// logSlot takes a followed stream's slot (follow) or a read's, or answers 429 throttled with
+// Retry-After and false when ns has all of them in use.
+func (s *Server) logSlot(w http.ResponseWriter, r *http.Request, ns string, follow bool) (release func(), ok bool) {
+	if follow {
+		if release, ok = s.followSlot(ns); !ok {
+			w.Header().Set("Retry-After", "10")
+			writeError(w, r, apiv1.Errorf(apiv1.CodeThrottled, "this namespace follows %d logs or event streams already; close one", maxFollowers))
+		}
+		return release, ok
+	}
+	if release, ok = s.slot(s.logReads, ns, maxLogReads); !ok {
+		writeError(w, r, &apiv1.Error{Status: http.StatusTooManyRequests, Code: apiv1.CodeThrottled, RetryAfter: logReadRetry,
+			Message: fmt.Sprintf("this namespace reads %d logs at once already (without follow); retry when one has been answered", maxLogReads)})
+	}
+	return release, ok
 }
 
 // followLogs streams every instance's lines as they come (the last Tail of each first), and those

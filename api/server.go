@@ -129,9 +129,11 @@ type Server struct {
 	// drained is closed by Drain: followed log and event streams end.
 	drained   chan struct{}
 	drainOnce sync.Once
-	// followers counts each namespace's followed log and event streams (followSlot).
+	// followers counts each namespace's followed log and event streams (followSlot), logReads
+	// its log reads without follow (logSlot).
 	followMu  sync.Mutex
 	followers map[string]int
+	logReads  map[string]int
 }
 
 // New makes the API on a backend.
@@ -156,7 +158,7 @@ func New(b objects.Backend, opts ...Option) (*Server, error) {
 		o.logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{o: o, b: b, metrics: newMetrics(), uploads: newTenantLimits(o.uploadRate, o.uploadBurst),
-		drained: make(chan struct{}), followers: map[string]int{}}
+		drained: make(chan struct{}), followers: map[string]int{}, logReads: map[string]int{}}
 	s.fn = invoke.New(b, append(o.invoke, invoke.WithMetrics(s.metrics.reg))...)
 	s.router = s.routes()
 	// /fn/ is the hot path: it skips the router's regexp matching of every /v1 route.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,10 +19,12 @@ import (
 // FakeLogs is an objects.Logs whose instances and lines the test makes: kept lines per instance, and
 // for a running one a channel the test sends new lines on.
 type FakeLogs struct {
-	mu     sync.Mutex
-	insts  map[string][]*fakeInstance // "ns/name" → instances
-	active int                        // ReadLog calls not returned
-	ended  chan struct{}              // signalled when a ReadLog returns
+	mu      sync.Mutex
+	insts   map[string][]*fakeInstance // "ns/name" → instances
+	active  int                        // ReadLog calls not returned
+	ended   chan struct{}              // signalled when a ReadLog returns
+	entered chan struct{}              // signalled (when there is room) when a ReadLog starts
+	gates   map[string]chan struct{}   // "ns/name" → closed when its reads may go on (Gate)
 }
 
 type fakeInstance struct {
@@ -32,7 +35,36 @@ type fakeInstance struct {
 
 // NewFakeLogs has no instances.
 func NewFakeLogs() *FakeLogs {
-	return &FakeLogs{insts: map[string][]*fakeInstance{}, ended: make(chan struct{}, 100)}
+	return &FakeLogs{insts: map[string][]*fakeInstance{}, ended: make(chan struct{}, 100), entered: make(chan struct{}, 100),
+		gates: map[string]chan struct{}{}}
+}
+
+// Gate holds every ReadLog of ns/name's instances (counted in Active) until open is called or
+// the read's context ends: reads kept in flight as long as the test wants.
+func (f *FakeLogs) Gate(ns, name string) (open func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := make(chan struct{})
+	f.gates[ns+"/"+name] = g
+	return sync.OnceFunc(func() {
+		f.mu.Lock()
+		delete(f.gates, ns+"/"+name)
+		f.mu.Unlock()
+		close(g)
+	})
+}
+
+// WaitActive waits until n ReadLog calls are in flight, or fails t after 10 s.
+func (f *FakeLogs) WaitActive(t testing.TB, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for f.Active() < n {
+		select {
+		case <-f.entered:
+		case <-deadline:
+			t.Fatalf("%d log reads in flight, want %d", f.Active(), n)
+		}
+	}
 }
 
 // Add makes an instance of ns/name with lines; a running one (stopped false) returns the channel
@@ -76,13 +108,25 @@ func (f *FakeLogs) ReadLog(ctx context.Context, ns, name string, inst objects.Lo
 		}
 	}
 	f.active++
+	gate := f.gates[ns+"/"+name]
 	f.mu.Unlock()
+	select {
+	case f.entered <- struct{}{}:
+	default:
+	}
 	defer func() {
 		f.mu.Lock()
 		f.active--
 		f.mu.Unlock()
 		f.ended <- struct{}{}
 	}()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if in == nil {
 		return nil
 	}
@@ -253,6 +297,76 @@ func testLogs(t *testing.T, bk Backend) {
 	for _, s := range streams {
 		for range s {
 		}
+	}
+}
+
+// GET …/logs without follow holds the lines it answers until its client has read them: a
+// namespace has 4 such reads in flight on a replica; a 5th is 429 throttled with Retry-After,
+// for the instances' logs and the build log alike, while another namespace reads and this one
+// still follows. Once the held reads are answered, reads go through again.
+func testLogReadsBounded(t *testing.T, bk Backend) {
+	e := NewEnv(t, bk)
+	e.Ensure()
+	e.Function("talker")
+	e.Logs.Add(e.NS, "talker", "a", true, line(time.Now(), "a", "a0"))
+	p := "/v1/namespaces/" + e.NS + "/functions/talker/logs"
+	open := e.Logs.Gate(e.NS, "talker")
+	defer open()
+	held := make(chan int, 4)
+	for range 4 {
+		go func() {
+			req, _ := http.NewRequest("GET", e.URL+p, nil)
+			req.Header.Set("Authorization", "Bearer "+e.Token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				held <- 0
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			held <- resp.StatusCode
+		}()
+	}
+	e.Logs.WaitActive(t, 4)
+	for _, q := range []string{"", "?tail=10", "?source=build"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, "GET", e.URL+p+q, nil)
+		req.Header.Set("Authorization", "Bearer "+e.Token)
+		resp, err := http.DefaultClient.Do(req)
+		cancel()
+		if err != nil {
+			t.Errorf("a 5th read%s: %v; want 429 at once, not held like the others", q, err)
+			continue
+		}
+		var env apiv1.ErrorBody
+		json.NewDecoder(resp.Body).Decode(&env)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || env.Error.Code != apiv1.CodeThrottled || resp.Header.Get("Retry-After") != "1" ||
+			!strings.Contains(env.Error.Message, "at once") {
+			t.Errorf("a 5th read%s: %d %s %q, Retry-After %q; want 429 throttled, Retry-After 1", q, resp.StatusCode, env.Error.Code,
+				env.Error.Message, resp.Header.Get("Retry-After"))
+		}
+	}
+	other := e.Tenant()
+	other.Ensure()
+	other.Function("talker")
+	if code, ls := readNDJSON[apiv1.LogLine](t, other, "/v1/namespaces/"+other.NS+"/functions/talker/logs"); code != 200 || len(ls) != 0 {
+		t.Errorf("another namespace's read: %d %v", code, ls)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.Function("quiet")
+	followed := stream(t, ctx, e, "/v1/namespaces/"+e.NS+"/functions/quiet/logs?follow=true") // bounds of its own
+	cancel()
+	for range followed {
+	}
+	open()
+	for range 4 {
+		if code := <-held; code != 200 {
+			t.Errorf("a held read: %d, want 200 once let go", code)
+		}
+	}
+	if code, ls := readNDJSON[apiv1.LogLine](t, e, p); code != 200 || len(ls) != 1 {
+		t.Errorf("a read after the held ones: %d %v", code, ls)
 	}
 }
 

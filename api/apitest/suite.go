@@ -33,6 +33,7 @@ func Run(t *testing.T, b Backend) {
 		{"InvocationsPaging", testInvocationsPaging},
 		{"Logs", testLogs},
 		{"LogsFollow", testLogsFollow},
+		{"LogReadsBounded", testLogReadsBounded},
 		{"BuildLogAndEvents", testBuildLogAndEvents},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, b) })
