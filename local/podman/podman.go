@@ -311,13 +311,36 @@ func (c *Client) Wait(ctx context.Context, name string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(out))
 }
 
-// Logs returns the container's stdout and stderr separately (the last n lines each).
+// Logs returns the container's stdout and stderr separately (the last n lines each, of which
+// the last MaxLogsBytes): n lines of tenant code's may be megabytes each.
 func (c *Client) Logs(ctx context.Context, name string, n int) (stdout, stderr string) {
 	cmd := c.Command(ctx, "logs", "--tail", strconv.Itoa(n), name)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
+	o, e := &tailBuffer{max: MaxLogsBytes}, &tailBuffer{max: MaxLogsBytes}
+	cmd.Stdout, cmd.Stderr = o, e
 	cmd.Run()
-	return o.String(), e.String()
+	return string(o.b), string(e.b)
+}
+
+// MaxLogsBytes is how much of each stream Logs keeps.
+const MaxLogsBytes = 64 << 10
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) >= t.max {
+		t.b = append(t.b[:0], p[len(p)-t.max:]...)
+		return n, nil
+	}
+	if over := len(t.b) + len(p) - t.max; over > 0 {
+		t.b = t.b[:copy(t.b, t.b[over:])]
+	}
+	t.b = append(t.b, p...)
+	return n, nil
 }
 
 // LastLines is the last n lines of s.

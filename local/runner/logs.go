@@ -54,6 +54,12 @@ func (r *Runner) logFlags(ns, name, cname string) ([]string, error) {
 	return []string{"--log-driver", "k8s-file", "--log-opt", "path=" + path, "--log-opt", "max-size=" + logMaxSize}, nil
 }
 
+// logCapFlags cap a job or cron run's output at logMaxSize, as logFlags cap an instance's, in
+// podman's own place for it: it is read (Attach) and removed with the container.
+func logCapFlags() []string {
+	return []string{"--log-driver", "k8s-file", "--log-opt", "max-size=" + logMaxSize}
+}
+
 // logFile is one container's log file: ID is the file name without ".log", container its name.
 type logFile struct {
 	id, container string

@@ -62,9 +62,10 @@ func (r *Runner) RunOnce(ctx context.Context, run Run) Outcome {
 		r.ledger.release(run.Container)
 		return Outcome{Message: err.Error()}
 	}
+	// Its output is capped as a function instance's is (logCapFlags): it is tenant code's.
 	spec := podman.Spec{Name: run.Container, Image: run.Function.Image, Labels: labels, Env: env, Detach: true,
 		MemoryMB: run.Function.MemoryMB, Volumes: []string{resultDir + ":/run/sless", volume}, Confined: true, Network: r.network,
-		IDBase: run.Function.IDBase}
+		IDBase: run.Function.IDBase, Flags: logCapFlags()}
 	if _, err := r.pm.Start(context.WithoutCancel(ctx), spec); err != nil {
 		os.RemoveAll(r.envDir(run.Container))
 		r.ledger.release(run.Container)
@@ -75,8 +76,15 @@ func (r *Runner) RunOnce(ctx context.Context, run Run) Outcome {
 }
 
 // Attach waits for a started run to end (after a restart of sless up too) and returns its outcome:
-// the result it wrote, else the last line it printed, or its error output.
+// the result it wrote, else the last line it printed, or its error output, clipped to
+// runspec.MaxResultBytes (runspec.ClipMessage) as Kubernetes clips a termination message.
 func (r *Runner) Attach(ctx context.Context, container string) Outcome {
+	out := r.attach(ctx, container)
+	out.Message = runspec.ClipMessage(out.Message)
+	return out
+}
+
+func (r *Runner) attach(ctx context.Context, container string) Outcome {
 	code, err := r.pm.Wait(ctx, container)
 	if ctx.Err() != nil {
 		return Outcome{Interrupted: true}
