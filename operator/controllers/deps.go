@@ -276,8 +276,13 @@ func podTerminationMessage(ctx context.Context, c client.Reader, job *batchv1.Jo
 
 // terminationMessage is the termination message (or, without one, the reason) of the first
 // container that failed, init containers first; else of the last that terminated. Job mode writes
-// its result there; a deps install its last log lines.
+// its result there; a deps install its last log lines. It is clipped to runspec.MaxResultBytes
+// (runspec.ClipMessage), as the kubelet clips each container's, whoever wrote the pod's status.
 func terminationMessage(pods []corev1.Pod) string {
+	return runspec.ClipMessage(lastTermination(pods))
+}
+
+func lastTermination(pods []corev1.Pod) string {
 	last := ""
 	for _, p := range pods {
 		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"github.com/sless-dev/sless/internal/kubetest"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/operator/controllers"
+	"github.com/sless-dev/sless/runspec"
 )
 
 // FunctionJob and Trigger reconcilers on envtest. No kubelet or Job controller runs there: the test
@@ -116,6 +118,31 @@ func TestFunctionJobAndTrigger(t *testing.T) {
 		}
 		finish("run-run-2", `{"sum": 3}`)
 		eventually(t, "the second run", func() bool { f := getJob("run"); return f.Status.LastRunID == 2 && f.Status.Message == `{"sum": 3}` })
+	})
+	// The message is at most 4 KiB, its end kept, as the kubelet clips a termination message;
+	// the status and the run's Event carry no more, whatever wrote the pod's status.
+	t.Run("a run's message is clipped to 4 KiB", func(t *testing.T) {
+		fj := getJob("run")
+		fj.Spec.RunID = 3
+		if err := c.Update(ctx, fj); err != nil {
+			t.Fatal(err)
+		}
+		finish("run-run-3", strings.Repeat("ж", 32<<10)+"THE END")
+		eventually(t, "the third run to succeed", func() bool { f := getJob("run"); return f.Status.LastRunID == 3 && f.Status.Phase == "Succeeded" })
+		msg := getJob("run").Status.Message
+		if len(msg) > runspec.MaxResultBytes || !strings.HasSuffix(msg, "жTHE END") || !strings.HasPrefix(msg, "…") || !utf8.ValidString(msg) {
+			t.Errorf("a 64 KiB termination message became a status message of %d bytes: %.40q…%q", len(msg), msg, msg[max(0, len(msg)-20):])
+		}
+		eventually(t, "the run's Event, clipped", func() bool {
+			var evs corev1.EventList
+			c.List(ctx, &evs, client.InNamespace(ns))
+			for _, e := range evs.Items {
+				if e.InvolvedObject.Name == "run" && strings.HasPrefix(e.Message, "run_id 3: ") {
+					return len(e.Message) <= runspec.MaxResultBytes+len("run_id 3: ")
+				}
+			}
+			return false
+		})
 	})
 	t.Run("cron trigger becomes a CronJob; http trigger gets the URL", func(t *testing.T) {
 		c.Create(ctx, &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "daily", Namespace: ns},

@@ -171,11 +171,17 @@ func TestTenantPodsAdmittedUnderQuota(t *testing.T) {
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota: sless-quota")
 	}, "quota admission to see the quota's status")
 
+	logCap := map[string]*resource.Quantity{} // of each pod's function container, as admitted
 	for name, spec := range tenantPods(nsObj.Name) {
 		pod := podOf(nsObj.Name, name, spec)
 		if err := c.Create(ctx, pod); err != nil {
 			t.Errorf("%s pod: %v", name, err)
 			continue
+		}
+		for _, ct := range pod.Spec.Containers {
+			if ct.Name == "function" {
+				logCap[name] = ct.Resources.Limits.StorageEphemeral()
+			}
 		}
 		for _, ct := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
 			r := ct.Resources
@@ -183,6 +189,13 @@ func TestTenantPodsAdmittedUnderQuota(t *testing.T) {
 				r.Requests.StorageEphemeral().IsZero() || r.Limits.StorageEphemeral().IsZero() {
 				t.Errorf("%s pod, container %s: resources as admitted %+v", name, ct.Name, r)
 			}
+		}
+	}
+	// Job and cron runs' output is tenant code's as an instance's is: their container's local
+	// storage, which holds its log (the kubelet evicts the pod beyond it), is capped the same.
+	for _, run := range []string{"job", "cron"} {
+		if fc, rc := logCap["function"], logCap[run]; fc == nil || rc == nil || fc.IsZero() || rc.Cmp(*fc) != 0 {
+			t.Errorf("the %s container's ephemeral-storage limit %v, the function container's %v: want the same cap", run, rc, fc)
 		}
 	}
 	var got corev1.ResourceQuota
