@@ -1,15 +1,12 @@
 package local_test
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -112,9 +109,7 @@ func TestBoundedOutputUp(t *testing.T) {
 		// Four readers that do not read: each answer waits on its client, holding its slot.
 		var held []net.Conn
 		for range 4 {
-			c := u.slowReader(t, path)
-			held = append(held, c)
-			t.Cleanup(func() { c.Close() })
+			held = append(held, testenv.HeldRead(t, u.url, path, u.token))
 		}
 		code, hdr, body := u.getLogsHeader(t, path)
 		if code != http.StatusTooManyRequests || hdr.Get("Retry-After") != "1" || !strings.Contains(body, `"throttled"`) {
@@ -168,28 +163,4 @@ func (u *up) getLogsHeader(t *testing.T, path string) (int, http.Header, string)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, string(b)
-}
-
-// slowReader sends GET path on a connection with a 4 KiB receive buffer and reads no more than
-// the status line: the server is then writing an answer the client does not take.
-func (u *up) slowReader(t *testing.T, path string) net.Conn {
-	t.Helper()
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		if err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) }); err != nil {
-			return err
-		}
-		return serr
-	}}
-	c, err := d.Dial("tcp", strings.TrimPrefix(u.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: sless\r\nAuthorization: Bearer %s\r\n\r\n", path, u.token)
-	c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	status, err := bufio.NewReaderSize(c, 16).ReadString('\n')
-	if err != nil || !strings.HasPrefix(status, "HTTP/1.1 200") {
-		t.Fatalf("a held read: %q %v", status, err)
-	}
-	return c
 }

@@ -33,6 +33,9 @@ type Backend struct {
 	Name string
 	// New returns fresh stores on code and resolver, and the controller that writes their status.
 	New func(t testing.TB, code codestore.Store, resolver objects.Resolver) (objects.Backend, Controller)
+	// OwnLogs serves the Logs New returns instead of FakeLogs (Env.Logs is then unused): a
+	// backend's test of the API on its real logs.
+	OwnLogs bool
 }
 
 // Controller writes status as the backend's controller does (marking the current generation
@@ -131,7 +134,9 @@ func NewEnvWith(t testing.TB, b Backend, code codestore.Store, codeDir string, v
 	// The API's merging and following of instance logs is tested here on lines the test makes;
 	// each backend's reading of real instances is tested with real instances (local, e2e/k8s).
 	logs := NewFakeLogs()
-	backend.Logs = logs
+	if !b.OwnLogs {
+		backend.Logs = logs
+	}
 	subject := fmt.Sprintf("alice-%d@example.com", tenants.Add(1))
 	opts = append([]api.Option{api.WithVerifier(v), api.WithTempDir(t.TempDir())}, opts...)
 	s, err := api.New(backend, opts...)
