@@ -218,3 +218,26 @@ func TestDirectoryWalkMatchesArchiveZip(t *testing.T) {
 		}
 	}
 }
+
+// The issue 27 bomb (2^20 directory records, 0 declared) through ValidateZip, beside what parsed
+// it before the walk: archive/zip's reader alone (which ValidateZip called first). B/op is the
+// figure: the reader's allocation grows with the records, the walk's does not.
+func BenchmarkDirectoryCountBomb(b *testing.B) {
+	z := countBomb(1<<20, 0, -1)
+	b.Run("ValidateZip", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := layers.ValidateZip(bytes.NewReader(z), int64(len(z))); !errors.Is(err, layers.ErrTooManyEntries) {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("anchor=archive-zip-NewReader", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := zip.NewReader(bytes.NewReader(z), int64(len(z))); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
