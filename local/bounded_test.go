@@ -154,13 +154,5 @@ func (u *up) getLogs(t *testing.T, path string) (int, string) {
 
 func (u *up) getLogsHeader(t *testing.T, path string) (int, http.Header, string) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", u.url+path, nil)
-	req.Header.Set("Authorization", "Bearer "+u.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
+	return testenv.AuthGet(t, u.url+path, u.token)
 }

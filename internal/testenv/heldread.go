@@ -3,7 +3,9 @@ package testenv
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,4 +37,19 @@ func HeldRead(t testing.TB, baseURL, path, token string) net.Conn {
 		t.Fatalf("a held read of %s: %q %v", path, status, err)
 	}
 	return c
+}
+
+// AuthGet sends GET url with token as the Bearer and returns the answer's status, header and
+// body.
+func AuthGet(t testing.TB, url, token string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
 }

@@ -3,7 +3,6 @@ package kubestore_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -51,15 +50,7 @@ func TestLogReadsBoundedOnKeptLogs(t *testing.T) {
 	path := "/v1/namespaces/" + e.NS + "/functions/talker/logs?tail=10000"
 	get := func() (int, http.Header, string) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", e.URL+path, nil)
-		req.Header.Set("Authorization", "Bearer "+e.Token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, resp.Header, string(b)
+		return testenv.AuthGet(t, e.URL+path, e.Token)
 	}
 	if code, _, body := get(); code != 200 || strings.Count(body, "\n") != 1000 {
 		t.Fatalf("the kept log: %d, %d lines", code, strings.Count(body, "\n"))
