@@ -248,7 +248,7 @@ func table(w io.Writer, header []string, rows [][]string) error {
 
 // oneLine shortens a message for a table cell.
 func oneLine(s string, max int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(termSafe(s)), " ") // table cells show tenant text (status messages)
 	if r := []rune(s); len(r) > max {
 		return string(r[:max-1]) + "…"
 	}

@@ -219,12 +219,12 @@ func follow(ctx context.Context, c *client.Client, events *client.EventWatch, na
 			}
 			for _, e := range evs {
 				sawEvent = true
-				fmt.Fprintf(w, "[%5.1fs] %s\n", time.Since(start).Seconds(), strings.TrimSuffix(e.Reason+": "+e.Message, ": "))
+				fmt.Fprintf(w, "[%5.1fs] %s\n", time.Since(start).Seconds(), termSafe(strings.TrimSuffix(e.Reason+": "+e.Message, ": ")))
 			}
 		}
 		now := string(f.Status.Phase)
 		if f.Status.Message != "" {
-			now += ": " + f.Status.Message
+			now += ": " + termSafe(f.Status.Message) // build and run output: tenant text
 		}
 		if now != last && (!sawEvent || events == nil) {
 			fmt.Fprintf(w, "[%5.1fs] %s\n", time.Since(start).Seconds(), now)
@@ -325,7 +325,7 @@ func describeFunction(w io.Writer, f *apiv1.Function) error {
 		{"Runtime:", f.Runtime},
 		{"Entrypoint:", orDash(f.Entrypoint)},
 		{"Phase:", orDash(string(st.Phase))},
-		{"Message:", orDash(st.Message)},
+		{"Message:", orDash(termSafe(st.Message))},
 		{"URL:", orDash(st.URL)},
 		{"Image:", orDash(st.Image)},
 		{"Code sha256:", orDash(st.CodeSHA256)},
@@ -348,7 +348,7 @@ func describeFunction(w io.Writer, f *apiv1.Function) error {
 		}
 		rows = append(rows, []string{"Build:", fmt.Sprintf("%s ms, %s", strconv.FormatInt(b.DurationMS, 10), deps)})
 		if b.DepsWarning != "" {
-			rows = append(rows, []string{"Warning:", b.DepsWarning})
+			rows = append(rows, []string{"Warning:", termSafe(b.DepsWarning)})
 		}
 	}
 	for _, r := range rows {

@@ -64,9 +64,9 @@ once the job exists: --function may be left out then.`,
 				return err
 			}
 			if j.Status.Phase == apiv1.JobFailed {
-				return fmt.Errorf("job %s run %d failed: %s", name, j.RunID, j.Status.Message)
+				return fmt.Errorf("job %s run %d failed: %s", name, j.RunID, termSafe(j.Status.Message))
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), j.Status.Message)
+			fmt.Fprintln(cmd.OutOrStdout(), termSafe(j.Status.Message))
 			return nil
 		},
 	}

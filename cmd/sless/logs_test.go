@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -85,5 +86,21 @@ func TestJSONLinesEscapeControls(t *testing.T) {
 	var back apiv1.LogLine
 	if err := json.Unmarshal([]byte(out), &back); err != nil || back.Line != l.Line {
 		t.Errorf("-o json line %q decodes to %q %v, want %q", out, back.Line, err, l.Line)
+	}
+}
+
+// A status message carries what a build or a run printed (a job's last line, pip's error): `fn
+// get`, the Message column of `fn ls` and a deploy's progress show it without terminal controls.
+func TestStatusMessagesAreNotTerminalControl(t *testing.T) {
+	hostile := "failed: \x1b]0;pwned\x07\x1b[2J\rerror\u009b31m!"
+	var b bytes.Buffer
+	f := &apiv1.Function{Name: "hello", Runtime: "python3.11", Status: apiv1.FunctionStatus{Phase: apiv1.PhaseFailed, Message: hostile}}
+	if err := describeFunction(&b, f); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{b.String(), oneLine(hostile, 60)} {
+		if strings.ContainsAny(out, "\x1b\x07\r\u009b") || !strings.Contains(out, "failed: error!") {
+			t.Errorf("shown as %q", out)
+		}
 	}
 }
