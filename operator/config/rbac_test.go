@@ -338,7 +338,15 @@ func waitEnforced(t *testing.T, try func() error, admin client.Client, obj clien
 		if err != nil && !apierrors.IsAlreadyExists(err) || time.Now().After(deadline) {
 			t.Fatalf("the admission policies are not enforced: %v", err)
 		}
-		admin.Delete(context.Background(), obj)
+		// In the background: a Job's default (orphan) deletion waits on a finalizer that only the
+		// garbage collector, which envtest does not run, removes, and the name stays taken.
+		admin.Delete(context.Background(), obj, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		for range 100 {
+			if err := admin.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); apierrors.IsNotFound(err) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
