@@ -1,28 +1,19 @@
 package main_test
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/sless-dev/sless/api/apitest"
+	"github.com/sless-dev/sless/internal/testenv"
 )
 
 // scrape GETs /metrics from addr, sending token as a bearer token unless it is empty.
 func scrape(t *testing.T, addr, token string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, _, body := testenv.AuthGet(t, "http://"+addr+"/metrics", token)
+	return code, body
 }
 
 // metricsHave says whether addr's /metrics (scraped with token) answers 200 with want in it.
