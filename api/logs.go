@@ -385,15 +385,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if follow {
-		release, ok := s.followSlot(ns)
-		if !ok {
-			w.Header().Set("Retry-After", "10")
-			writeError(w, r, apiv1.Errorf(apiv1.CodeThrottled, "this namespace follows %d logs or event streams already; close one", maxFollowers))
-			return
-		}
-		defer release()
+	// The same slots as …/logs: a followed stream's, or one of the reads without follow.
+	release, ok := s.logSlot(w, r, ns, follow)
+	if !ok {
+		return
 	}
+	defer release()
 	out := newNDJSON(w)
 	// last is the last event sent: the next look sends what follows it in the log (found by
 	// value, the log being trimmed at its front), or all of it when it is gone.
