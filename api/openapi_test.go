@@ -47,6 +47,7 @@ func routesOnlyServer(t *testing.T) *Server {
 		Jobs: struct {
 			objects.Store[objects.JobSpec, apiv1.JobStatus]
 		}{},
+		Secrets:     struct{ objects.Secrets }{},
 		Invocations: objects.NewInvocationRing(1),
 		Code:        struct{ codestore.Store }{},
 		Resolver:    struct{ objects.Resolver }{},

@@ -240,6 +240,10 @@ func (s *Server) routes() *mux.Router {
 	v1.HandleFunc("/jobs/{name}", k.jobs.get).Methods(http.MethodGet)
 	v1.HandleFunc("/jobs/{name}", k.jobs.put).Methods(http.MethodPut)
 	v1.HandleFunc("/jobs/{name}", k.jobs.delete).Methods(http.MethodDelete)
+	v1.HandleFunc("/secrets", s.listSecrets).Methods(http.MethodGet)
+	v1.HandleFunc("/secrets/{name}", s.getSecret).Methods(http.MethodGet)
+	v1.HandleFunc("/secrets/{name}", s.putSecret).Methods(http.MethodPut)
+	v1.HandleFunc("/secrets/{name}", s.deleteSecret).Methods(http.MethodDelete)
 
 	// The public invoke proxy /fn/{ns}/{name}[/…] is dispatched before this router (see New): no
 	// auth (as in the seed); the function decides what it serves.

@@ -80,7 +80,64 @@ func ValidateFunction(f apiv1.Function) (objects.FunctionSpec, error) {
 	if len(spec.EnvVars) == 0 {
 		spec.EnvVars = nil
 	}
+	if err := validSecretRefs(f); err != nil {
+		return spec, err
+	}
+	spec.SecretEnv, spec.SecretFiles = f.SecretEnv, f.SecretFiles
+	if len(spec.SecretEnv) == 0 {
+		spec.SecretEnv = nil
+	}
+	if len(spec.SecretFiles) == 0 {
+		spec.SecretFiles = nil
+	}
 	return spec, nil
+}
+
+// validSecretRefs checks secret_env and secret_files: names of variables no one else sets,
+// references of the form secret/key, directories under /var/run/secrets/ none inside another.
+// Whether the secrets exist is the start's question (a function may be declared before its
+// secret).
+func validSecretRefs(f apiv1.Function) error {
+	if len(f.EnvVars)+len(f.SecretEnv) > apiv1.MaxEnvVars {
+		return invalid("%d env_vars and secret_env together; at most %d", len(f.EnvVars)+len(f.SecretEnv), apiv1.MaxEnvVars)
+	}
+	names := make([]string, 0, len(f.SecretEnv))
+	for k := range f.SecretEnv {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if err := apiv1.ValidSecretEnvName(k, runspec.Reserved); err != nil {
+			return err
+		}
+		if _, ok := f.EnvVars[k]; ok {
+			return invalid("%q is in both env_vars and secret_env; a variable takes its value from one", k)
+		}
+		if _, _, err := apiv1.SplitSecretRef(f.SecretEnv[k]); err != nil {
+			return invalid("secret_env %s: %v", k, err.(*apiv1.Error).Message)
+		}
+	}
+	if len(f.SecretFiles) > apiv1.MaxSecretFiles {
+		return invalid("%d secret_files; at most %d", len(f.SecretFiles), apiv1.MaxSecretFiles)
+	}
+	paths := make([]string, 0, len(f.SecretFiles))
+	for p := range f.SecretFiles {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for i, p := range paths {
+		if err := apiv1.ValidSecretFilesPath(p); err != nil {
+			return err
+		}
+		if err := apiv1.ValidName("secret", f.SecretFiles[p]); err != nil {
+			return invalid("secret_files %s: %v", p, err.(*apiv1.Error).Message)
+		}
+		// Sorted, a directory comes right before those inside it.
+		if i > 0 && strings.HasPrefix(p, paths[i-1]+"/") {
+			return invalid("secret_files %s is inside %s; mount each secret in a directory of its own", p, paths[i-1])
+		}
+	}
+	return nil
 }
 
 // ValidateTrigger checks a trigger and returns the spec to store, defaults filled in.

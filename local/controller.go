@@ -69,6 +69,9 @@ func (c *controller) changed(k state.Kind, ns, name string) {
 		c.queue.Add(key{state.KindTrigger, ns, name})
 		// A trigger decides whether its function runs; a deleted one no longer says which.
 		c.enqueueNamespace(ns)
+	case state.KindSecret:
+		// Its values are part of the run configuration of the functions that use it.
+		c.enqueueUsers(ns, name)
 	default:
 		c.queue.Add(key{k, ns, name})
 	}
@@ -81,6 +84,19 @@ func (c *controller) enqueueNamespace(ns string) {
 	}
 	for _, f := range fns {
 		c.queue.Add(key{state.KindFunction, ns, f.Spec.Name})
+	}
+}
+
+// enqueueUsers enqueues ns's functions that use secret.
+func (c *controller) enqueueUsers(ns, secret string) {
+	fns, err := c.p.db.Functions.List(context.Background(), ns)
+	if err != nil {
+		return
+	}
+	for _, f := range fns {
+		if f.Spec.RefersTo(secret) {
+			c.queue.Add(key{state.KindFunction, ns, f.Spec.Name})
+		}
 	}
 }
 

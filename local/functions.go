@@ -3,8 +3,10 @@ package local
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sless-dev/sless/api/apiv1"
@@ -174,6 +176,16 @@ func (c *controller) ensureRunning(ctx context.Context, ns string, spec objects.
 		return apply(lifecycle.Disabled{Triggers: names})
 	}
 	f, err := p.runnerFunction(ctx, ns, spec, image)
+	if ms, ok := errors.AsType[*missingSecret](err); ok {
+		// Not retried: a change of the secret enqueues the function again (controller.changed).
+		// The version serving, if any, keeps serving.
+		// A resync finds it again: one event per failure, not one per look.
+		if cur, gerr := p.db.Functions.Get(ctx, ns, spec.Name); gerr != nil || cur.Status.Phase != apiv1.PhaseFailed || cur.Status.Message != ms.message {
+			c.pipeline.Events().Record(ctx, ns, spec.Name, apiv1.Event{Type: apiv1.EventWarning, Reason: apiv1.ReasonFailed, CodeSHA256: spec.CodeSHA256,
+				Message: "start failed: " + ms.message})
+		}
+		return apply(lifecycle.StartFailed{Message: ms.message})
+	}
 	if err != nil {
 		return err
 	}
@@ -316,9 +328,56 @@ func ignoreNotFound(err error) error {
 
 // runnerFunction is what the runner runs for ns's function spec at image: in the tenant's own
 // range of host uids (allocated on its first container), so that one tenant's processes never
-// count against another's limits.
+// count against another's limits, with the values of the secrets it refers to. A secret or key
+// that is missing is a *missingSecret.
 func (p *Platform) runnerFunction(ctx context.Context, ns string, spec objects.FunctionSpec, image string) (runner.Function, error) {
-	base, err := p.uids.base(ctx, ns)
-	return runner.Function{Namespace: ns, Name: spec.Name, Image: image, Env: spec.EnvVars, TimeoutSec: spec.TimeoutSec,
-		MemoryMB: spec.MemoryMB, IDBase: base}, err
+	f := runner.Function{Namespace: ns, Name: spec.Name, Image: image, Env: spec.EnvVars, TimeoutSec: spec.TimeoutSec, MemoryMB: spec.MemoryMB}
+	if err := p.withSecrets(ns, spec, &f); err != nil {
+		return f, err
+	}
+	var err error
+	f.IDBase, err = p.uids.base(ctx, ns)
+	return f, err
+}
+
+// missingSecret is a start that cannot happen until a secret or key the function refers to
+// exists: the message names them, never a value.
+type missingSecret struct{ message string }
+
+func (e *missingSecret) Error() string { return e.message }
+
+// withSecrets opens the secrets spec refers to and gives f their values, and the part of the
+// run configuration they make (their versions and how spec uses them).
+func (p *Platform) withSecrets(ns string, spec objects.FunctionSpec, f *runner.Function) error {
+	refs := spec.Secrets()
+	names := refs.Names()
+	if len(names) == 0 {
+		return nil
+	}
+	data := map[string]map[string]string{}
+	metas := map[string]objects.SecretMeta{}
+	for _, n := range names {
+		d, m, ok, err := p.secrets.Values(ns, n)
+		if err != nil {
+			return err
+		}
+		if ok {
+			data[n], metas[n] = d, m
+		}
+	}
+	if msg := refs.Missing(func(n string) ([]string, bool) { m, ok := metas[n]; return m.Keys, ok }); msg != "" {
+		return &missingSecret{msg}
+	}
+	f.SecretEnv = map[string]string{}
+	for env, ref := range spec.SecretEnv {
+		n, k, _ := strings.Cut(ref, "/")
+		f.SecretEnv[env] = data[n][k]
+	}
+	f.SecretFiles = map[string]map[string]string{}
+	for path, n := range spec.SecretFiles {
+		f.SecretFiles[path] = data[n]
+	}
+	how, _ := json.Marshal([]any{spec.SecretEnv, spec.SecretFiles})
+	f.Secrets = refs.Versions(func(n string) int64 { return metas[n].Version }) + " " + string(how)
+	return nil
 }

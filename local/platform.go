@@ -74,6 +74,9 @@ type Config struct {
 	GuardInterval time.Duration
 	// ObserveBuild hears every finished build, for metrics (build.Metrics.Observe).
 	ObserveBuild func(build.Observation)
+	// SecretsKeyFile is the key the namespaces' secrets are encrypted with in the state file
+	// (state.LoadSecretKey: made on first use, mode 0600). Default: secrets.key in DataDir.
+	SecretsKeyFile string
 	// Logger receives the platform's log (default: none); Progress the slow first-start steps
 	// for a human (default: none).
 	Logger   *slog.Logger
@@ -108,6 +111,7 @@ type Platform struct {
 	instance string
 	log      *slog.Logger
 	db       *state.DB
+	secrets  *state.Secrets
 	reg      *registry.Server
 	keys     *regauth.Keys
 	nets     *network.Networks
@@ -165,6 +169,15 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	}
 	p.db.SetMaxFunctions(cfg.Quota.Functions)
 	fail := func(err error) (*Platform, error) { p.Close(); return nil, err }
+	key, err := state.LoadSecretKey(cmp.Or(cfg.SecretsKeyFile, filepath.Join(cfg.DataDir, "secrets.key")))
+	if err != nil {
+		return fail(err)
+	}
+	p.secrets, err = p.db.OpenSecrets(key)
+	clear(key)
+	if err != nil {
+		return fail(err)
+	}
 	// Tenant code gets networks of the instance's own: no host service, no other container, no
 	// metadata address; installs reach only the index proxy on their gateway.
 	if p.nets, err = network.Plan(p.instance, cfg.DataDir, cfg.Subnet); err != nil {
@@ -196,6 +209,9 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	}
 	p.pm.Gate(p.nets.Ensure)
 	p.run = runner.New(p.pm, p.instance, cfg.DataDir, p.nets.Functions.Name)
+	if err := p.run.PrepareRunDir(); err != nil {
+		return fail(err)
+	}
 	p.uids = newUIDRanges(p.db, p.run.List, p.log)
 	p.pm.GuardIDs(p.uids.guard)
 	p.run.SetLimits(runner.Limits{MemoryMB: cfg.Quota.MemoryMB, Runs: cfg.Quota.Runs})
@@ -235,7 +251,7 @@ func (p *Platform) confinementRestored(r network.Restored) {
 // Backend is what the API serves from.
 func (p *Platform) Backend() objects.Backend {
 	return objects.Backend{Namespaces: &namespaces{Namespaces: p.db.Namespaces, p: p}, Functions: p.db.Functions, Triggers: p.db.Triggers,
-		Jobs: p.db.Jobs, Invocations: p.db.Invocations, Code: p.code, Resolver: p.run, Instances: source{p.run, p.ctrl.scaler}, Scaler: p.ctrl.scaler,
+		Jobs: p.db.Jobs, Secrets: p.secrets, Invocations: p.db.Invocations, Code: p.code, Resolver: p.run, Instances: source{p.run, p.ctrl.scaler}, Scaler: p.ctrl.scaler,
 		Logs: p.run}
 }
 

@@ -78,6 +78,9 @@ func (c *controller) reconcileJob(ctx context.Context, ns, jname string) error {
 		return apply(lifecycle.RunWaiting{Message: fmt.Sprintf("waiting for function %q to be built", spec.FunctionRef)})
 	}
 	rf, err := p.runnerFunction(ctx, ns, fn.Spec, fn.Status.Image)
+	if ms, ok := errors.AsType[*missingSecret](err); ok {
+		return apply(lifecycle.RunRefused{RunID: spec.RunID, Message: "not started: " + ms.message})
+	}
 	if err != nil {
 		return err
 	}

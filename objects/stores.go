@@ -64,6 +64,10 @@ type FunctionSpec struct {
 	MemoryMB   int               `json:"memory_mb,omitempty"`
 	TimeoutSec int               `json:"timeout_sec,omitempty"`
 	EnvVars    map[string]string `json:"env_vars,omitempty"`
+	// SecretEnv (NAME → "secret/key") and SecretFiles (directory → secret) refer to the
+	// namespace's secrets; values are looked up when an instance starts.
+	SecretEnv   map[string]string `json:"secret_env,omitempty"`
+	SecretFiles map[string]string `json:"secret_files,omitempty"`
 	// Scale (stored with the defaults applied).
 	MinReplicas    int `json:"min_replicas,omitempty"`
 	MaxReplicas    int `json:"max_replicas,omitempty"`
@@ -151,6 +155,7 @@ type Backend struct {
 	Functions   Store[FunctionSpec, lifecycle.FunctionStatus]
 	Triggers    Store[TriggerSpec, apiv1.TriggerStatus]
 	Jobs        Store[JobSpec, apiv1.JobStatus]
+	Secrets     Secrets
 	Invocations Invocations
 	Code        codestore.Store
 	// Logs reads the instances' output (GET …/logs); nil answers 503 there. The build log and
@@ -182,8 +187,8 @@ type ServingView struct {
 // Validate reports what b lacks that every backend must give.
 func (b Backend) Validate() error {
 	switch {
-	case b.Namespaces == nil, b.Functions == nil, b.Triggers == nil, b.Jobs == nil:
-		return errors.New("objects: Backend needs Namespaces, Functions, Triggers and Jobs stores")
+	case b.Namespaces == nil, b.Functions == nil, b.Triggers == nil, b.Jobs == nil, b.Secrets == nil:
+		return errors.New("objects: Backend needs Namespaces, Functions, Triggers, Jobs and Secrets stores")
 	case b.Invocations == nil, b.Code == nil, b.Resolver == nil:
 		return errors.New("objects: Backend needs Invocations, Code and Resolver")
 	}

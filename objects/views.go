@@ -17,7 +17,7 @@ const MsgChangePending = "waiting for the platform to build and roll out this ch
 func FunctionView(publicURL, ns string, o Function) apiv1.Function {
 	sp := o.Spec.WithScaleDefaults()
 	f := apiv1.Function{Name: sp.Name, Runtime: sp.Runtime, Entrypoint: sp.Entrypoint, MemoryMB: sp.MemoryMB, TimeoutSec: sp.TimeoutSec,
-		EnvVars: sp.EnvVars, Status: o.Status.Wire(), MinReplicas: sp.MinReplicas, MaxReplicas: sp.MaxReplicas, Concurrency: sp.Concurrency,
+		EnvVars: sp.EnvVars, SecretEnv: sp.SecretEnv, SecretFiles: sp.SecretFiles, Status: o.Status.Wire(), MinReplicas: sp.MinReplicas, MaxReplicas: sp.MaxReplicas, Concurrency: sp.Concurrency,
 		IdleTimeoutSec: sp.IdleTimeoutSec}
 	f.Status.CodeSHA256 = sp.CodeSHA256
 	f.Status.URL = runspec.FunctionURL(publicURL, ns, sp.Name)

@@ -35,6 +35,7 @@ func Run(t *testing.T, b Backend) {
 		{"LogsFollow", testLogsFollow},
 		{"LogReadsBounded", testLogReadsBounded},
 		{"BuildLogAndEvents", testBuildLogAndEvents},
+		{"Secrets", testSecrets},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, b) })
 	}

@@ -42,6 +42,12 @@ type Function struct {
 	MemoryMB   int               `json:"memory_mb,omitempty"`
 	TimeoutSec int               `json:"timeout_sec,omitempty"`
 	EnvVars    map[string]string `json:"env_vars,omitempty"`
+	// SecretEnv names variables whose values come from the namespace's secrets ("SECRET/KEY");
+	// SecretFiles mounts a secret's keys as read-only files in a directory under
+	// /var/run/secrets/ (path → secret). Neither is part of the image: a new value of a secret
+	// restarts the functions that use it, without a build.
+	SecretEnv   map[string]string `json:"secret_env,omitempty"`
+	SecretFiles map[string]string `json:"secret_files,omitempty"`
 	// Scale, changed in place without a rebuild (0 on a request means the default; answers show
 	// the values in force).
 	MinReplicas    int            `json:"min_replicas"`

@@ -392,3 +392,34 @@ func (c *Client) GetJob(ctx context.Context, name string) (*apiv1.Job, error) {
 func (c *Client) DeleteJob(ctx context.Context, name string) error {
 	return c.doJSON(ctx, http.MethodDelete, c.nsPath("/jobs/%s", name), nil, nil)
 }
+
+// ListSecrets lists the namespace's secrets (names, keys and versions: never a value).
+func (c *Client) ListSecrets(ctx context.Context) ([]apiv1.Secret, error) {
+	var l apiv1.List[apiv1.Secret]
+	err := c.doJSON(ctx, http.MethodGet, c.nsPath("/secrets"), nil, &l)
+	return l.Items, err
+}
+
+// GetSecret describes one secret.
+func (c *Client) GetSecret(ctx context.Context, name string) (*apiv1.Secret, error) {
+	var s apiv1.Secret
+	if err := c.doJSON(ctx, http.MethodGet, c.nsPath("/secrets/%s", name), nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// PutSecret creates or replaces a secret whole; the functions that use it restart with the new
+// values.
+func (c *Client) PutSecret(ctx context.Context, name string, data map[string]string) (*apiv1.Secret, error) {
+	var s apiv1.Secret
+	if err := c.doJSON(ctx, http.MethodPut, c.nsPath("/secrets/%s", name), apiv1.SecretPut{Data: data}, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// DeleteSecret deletes a secret (409 while a function uses it).
+func (c *Client) DeleteSecret(ctx context.Context, name string) error {
+	return c.doJSON(ctx, http.MethodDelete, c.nsPath("/secrets/%s", name), nil, nil)
+}

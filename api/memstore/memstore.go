@@ -177,10 +177,11 @@ func Backend(code codestore.Store, resolver objects.Resolver) (objects.Backend, 
 		Functions: New[objects.FunctionSpec, lifecycle.FunctionStatus](func(f objects.FunctionSpec) string { return f.Name }),
 		Triggers:  New[objects.TriggerSpec, apiv1.TriggerStatus](func(t objects.TriggerSpec) string { return t.Name }),
 		Jobs:      New[objects.JobSpec, apiv1.JobStatus](func(j objects.JobSpec) string { return j.Name }),
+		Secrets:   &Secrets{},
 	}
-	st.Namespaces = &Namespaces{onDrop: []func(string){st.Functions.DropNamespace, st.Triggers.DropNamespace, st.Jobs.DropNamespace}}
+	st.Namespaces = &Namespaces{onDrop: []func(string){st.Functions.DropNamespace, st.Triggers.DropNamespace, st.Jobs.DropNamespace, st.Secrets.DropNamespace}}
 	return objects.Backend{
-		Namespaces: st.Namespaces, Functions: st.Functions, Triggers: st.Triggers, Jobs: st.Jobs,
+		Namespaces: st.Namespaces, Functions: st.Functions, Triggers: st.Triggers, Jobs: st.Jobs, Secrets: st.Secrets,
 		Invocations: objects.NewInvocationRing(1000), Code: code, Resolver: resolver,
 	}, st
 }
@@ -191,4 +192,5 @@ type Stores struct {
 	Functions  *Store[objects.FunctionSpec, lifecycle.FunctionStatus]
 	Triggers   *Store[objects.TriggerSpec, apiv1.TriggerStatus]
 	Jobs       *Store[objects.JobSpec, apiv1.JobStatus]
+	Secrets    *Secrets
 }

@@ -84,6 +84,7 @@ func (r *Runner) adoptPrevious(ctx context.Context, cs []Container, f Function) 
 				return nil
 			}
 			os.Rename(r.envDir(c.Name), r.envDir(inst.Name))
+			os.Rename(r.envDir(c.Name)+".files", r.envDir(inst.Name)+".files")
 			r.ledger.rename(c.Name, inst.Name)
 		}
 		return inst

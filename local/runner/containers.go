@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,14 +24,19 @@ import (
 // envMount is where a container finds its private variables (runspec.EnvFile).
 const envMount = "/run/sless-env"
 
-// envDir holds the private variables of container name on the host.
-func (r *Runner) envDir(name string) string { return filepath.Join(r.dataDir, "env", name) }
+// envDir holds the private variables and secret files of container name on the host: on a tmpfs
+// (RunDir), so that no value a tenant gave is ever written to a disk.
+func (r *Runner) envDir(name string) string { return filepath.Join(r.runDir, "env", name) }
+
+// legacyEnvDir is where an earlier sless up kept them, under the data dir (CleanEnv removes it).
+func (r *Runner) legacyEnvDir() string { return filepath.Join(r.dataDir, "env") }
 
 // environment splits vars: the platform's go on podman's command line, the private ones (the
-// user's env vars, a job's event) into a file only the function's user can read, mounted
-// read-only, which the runtime loads (runspec.EnvFile). It returns the command-line variables and
-// the volume to mount.
-func (r *Runner) environment(container string, hostID int, vars []runspec.EnvVar) ([]podman.EnvVar, string, error) {
+// user's env vars and secret values, a job's event) into a file only the function's user can
+// read, mounted read-only, which the runtime loads (runspec.EnvFile); each of files (directory in
+// the container → file name → content) becomes a read-only directory of such files. It returns
+// the command-line variables and the volumes to mount.
+func (r *Runner) environment(container string, hostID int, vars []runspec.EnvVar, files map[string]map[string]string) ([]podman.EnvVar, []string, error) {
 	private := map[string]string{}
 	var public []podman.EnvVar
 	for _, v := range vars {
@@ -43,22 +49,59 @@ func (r *Runner) environment(container string, hostID int, vars []runspec.EnvVar
 	dir := r.envDir(container)
 	os.RemoveAll(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	b, err := json.Marshal(private)
 	if err != nil {
-		return nil, "", err
-	}
-	file := filepath.Join(dir, "env.json")
-	if err := os.WriteFile(file, b, 0o400); err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	// Owned by the function's user: readable by it, by nobody else (and writable by no one).
-	if err := errors.Join(os.Chown(file, hostID, hostID), os.Chown(dir, hostID, hostID), os.Chmod(dir, 0o500)); err != nil {
-		return nil, "", err
+	owned := func(path string, data []byte) error {
+		if err := os.WriteFile(path, data, 0o400); err != nil {
+			return err
+		}
+		return os.Chown(path, hostID, hostID)
+	}
+	if err := owned(filepath.Join(dir, "env.json"), b); err != nil {
+		return nil, nil, err
+	}
+	volumes := []string{dir + ":" + envMount + ":ro"}
+	// Sorted: the same files make the same mounts in the same order.
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for i, p := range paths {
+		// Beside env.json, not in its directory: each mount shows the container its own files only.
+		fdir := filepath.Join(r.envDir(container)+".files", strconv.Itoa(i))
+		if i == 0 {
+			os.RemoveAll(filepath.Dir(fdir))
+		}
+		if err := os.MkdirAll(fdir, 0o700); err != nil {
+			return nil, nil, err
+		}
+		for name, content := range files[p] {
+			if err := owned(filepath.Join(fdir, name), []byte(content)); err != nil {
+				return nil, nil, err
+			}
+		}
+		if err := errors.Join(os.Chown(fdir, hostID, hostID), os.Chmod(fdir, 0o500)); err != nil {
+			return nil, nil, err
+		}
+		volumes = append(volumes, fdir+":"+p+":ro")
+	}
+	if err := errors.Join(os.Chown(dir, hostID, hostID), os.Chmod(dir, 0o500)); err != nil {
+		return nil, nil, err
 	}
 	public = append(public, podman.EnvVar{Name: runspec.EnvFile, Value: envMount + "/env.json"})
-	return public, dir + ":" + envMount + ":ro", nil
+	return public, volumes, nil
+}
+
+// dropEnv removes what environment wrote for container name.
+func (r *Runner) dropEnv(name string) {
+	os.RemoveAll(r.envDir(name))
+	os.RemoveAll(r.envDir(name) + ".files")
 }
 
 // remove removes a container and what the runner kept for it, and stops counting it.
@@ -84,22 +127,25 @@ func (r *Runner) marked(name string) {
 // any, is the new one's).
 func (r *Runner) clear(ctx context.Context, name string, grace int) error {
 	err := r.pm.Remove(ctx, name, grace)
-	os.RemoveAll(r.envDir(name))
+	r.dropEnv(name)
 	r.stoppedLog(name)
 	return err
 }
 
-// CleanEnv removes the private variables of containers that are gone (keep: the names that run).
-// Those written in the last minute stay: the controller, already at work, may be starting their
-// container right now.
+// CleanEnv removes the private variables of containers that are gone (keep: the names that run),
+// and what an earlier sless up kept under the data dir. Those written in the last minute stay:
+// the controller, already at work, may be starting their container right now.
 func (r *Runner) CleanEnv(keep map[string]bool) {
-	entries, _ := os.ReadDir(filepath.Join(r.dataDir, "env"))
+	entries, _ := os.ReadDir(filepath.Join(r.runDir, "env"))
 	for _, e := range entries {
-		if info, err := e.Info(); keep[e.Name()] || (err == nil && time.Since(info.ModTime()) < time.Minute) {
+		name := strings.TrimSuffix(e.Name(), ".files")
+		if info, err := e.Info(); keep[name] || (err == nil && time.Since(info.ModTime()) < time.Minute) {
 			continue
 		}
-		os.RemoveAll(filepath.Join(r.dataDir, "env", e.Name()))
+		os.RemoveAll(filepath.Join(r.runDir, "env", e.Name()))
 	}
+	// A running container of an earlier version read its variables when it started.
+	os.RemoveAll(r.legacyEnvDir())
 }
 
 // Remove removes a container of this instance (and its private variables).
@@ -151,7 +197,7 @@ func (r *Runner) start(ctx context.Context, f Function, cname string, first bool
 		id, err = r.pm.Start(ctx, spec)
 	}
 	if err != nil {
-		os.RemoveAll(r.envDir(cname))
+		r.dropEnv(cname)
 		r.ledger.release(cname)
 		return fmt.Errorf("starting the container: %w", err)
 	}
@@ -179,7 +225,7 @@ func (r *Runner) startSpare(ctx context.Context, f Function, cname, id string, a
 func (r *Runner) functionSpec(f Function, cname string) (podman.Spec, error) {
 	labels := map[string]string{runspec.LabelInstance: r.instance, runspec.LabelNamespace: f.Namespace, runspec.LabelFunction: f.Name,
 		runspec.LabelPort: strconv.Itoa(runspec.Port), runspec.LabelRole: string(runspec.RoleFunction), labelMemory: strconv.Itoa(f.MemoryMB)}
-	env, volume, err := r.environment(cname, f.hostID(), runspec.Env(f.instance()))
+	env, volumes, err := r.environment(cname, f.hostID(), append(runspec.Env(f.instance()), f.secretVars()...), f.SecretFiles)
 	if err != nil {
 		return podman.Spec{}, err
 	}
@@ -187,7 +233,7 @@ func (r *Runner) functionSpec(f Function, cname string) (podman.Spec, error) {
 	if err != nil {
 		return podman.Spec{}, err
 	}
-	return podman.Spec{Name: cname, Image: f.Image, Labels: labels, Env: env, Volumes: []string{volume},
+	return podman.Spec{Name: cname, Image: f.Image, Labels: labels, Env: env, Volumes: volumes,
 		Detach: true, MemoryMB: f.MemoryMB, Confined: true, Network: r.network, IDBase: f.IDBase, Flags: logs}, nil
 }
 

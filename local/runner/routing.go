@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -249,7 +248,7 @@ func (r *Runner) PrepareSpare(ctx context.Context, ns, name string) error {
 	p.preparing = ""
 	if err != nil {
 		r.mu.Unlock()
-		os.RemoveAll(r.envDir(cname))
+		r.dropEnv(cname)
 		return fmt.Errorf("creating a spare container: %w", err)
 	}
 	if r.pools[key] != p {

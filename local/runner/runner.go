@@ -32,6 +32,7 @@ type Runner struct {
 	pm       *podman.Client
 	instance string
 	dataDir  string
+	runDir   string // on a tmpfs: the containers' private variables and secret files
 	network  string
 
 	mu    sync.RWMutex
@@ -52,9 +53,9 @@ type Runner struct {
 }
 
 // New runs containers with pm on network (the instance's own: local/network), labelled with
-// instance; job results go under dataDir.
+// instance; job results go under dataDir, what containers are handed in private under RunDir.
 func New(pm *podman.Client, instance, dataDir, network string) *Runner {
-	r := &Runner{pm: pm, instance: instance, dataDir: dataDir, network: network, pools: map[string]*pool{}, stopping: map[string]int{}}
+	r := &Runner{pm: pm, instance: instance, dataDir: dataDir, runDir: RunDir(instance), network: network, pools: map[string]*pool{}, stopping: map[string]int{}}
 	r.ledger = newLedger(r.running)
 	return r
 }
@@ -126,8 +127,15 @@ type Function struct {
 	Namespace, Name string
 	Image           string // by digest
 	Env             map[string]string
-	TimeoutSec      int
-	MemoryMB        int
+	// SecretEnv are variables with values from the namespace's secrets, handed over as Env's are;
+	// SecretFiles are directories of read-only files (directory → file name → content); Secrets
+	// is the secrets' versions (runspec.SecretRefs.Versions), the part of the run configuration they
+	// make: a new value starts a new version, and no value is part of any name.
+	SecretEnv   map[string]string
+	SecretFiles map[string]map[string]string
+	Secrets     string
+	TimeoutSec  int
+	MemoryMB    int
 	// IDBase is the tenant's range of host uids/gids (state.UIDBase): the container's user
 	// 65532 is host user IDBase+65532.
 	IDBase uint32
@@ -142,6 +150,16 @@ func (f Function) instance() runspec.Instance {
 	return runspec.Instance{EnvVars: f.Env, TimeoutSec: f.TimeoutSec}
 }
 
+// secretVars are SecretEnv sorted by name.
+func (f Function) secretVars() []runspec.EnvVar {
+	out := make([]runspec.EnvVar, 0, len(f.SecretEnv))
+	for k, v := range f.SecretEnv {
+		out = append(out, runspec.EnvVar{Name: k, Value: v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
 // ContainerName is sless-<ns>-<name>-<digest12>-<config6>: an update (new digest) or a new run
 // configuration (env vars, timeout, memory, network) starts a container beside the old one. A
 // container keeps its name across restarts of sless up, which adopt it.
@@ -150,6 +168,9 @@ func (r *Runner) ContainerName(f Function) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "memory=%d\n", f.MemoryMB)
 	fmt.Fprintf(h, "network=%s\nids=%d\n", r.network, f.IDBase)
+	if f.Secrets != "" {
+		fmt.Fprintf(h, "secrets=%s\n", f.Secrets) // versions, not values: a name is seen by every process of the host
+	}
 	vars := runspec.Env(f.instance())
 	sort.Slice(vars, func(i, j int) bool { return vars[i].Name < vars[j].Name })
 	for _, v := range vars {

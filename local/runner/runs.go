@@ -56,18 +56,18 @@ func (r *Runner) RunOnce(ctx context.Context, run Run) Outcome {
 	if run.Job != "" {
 		labels[runspec.LabelJob] = run.Job
 	}
-	env, volume, err := r.environment(run.Container, run.Function.hostID(), append(runspec.JobEnv(run.Function.instance(), run.Event),
-		runspec.EnvVar{Name: runspec.EnvTerminationLog, Value: "/run/sless/result"}))
+	vars := append(runspec.JobEnv(run.Function.instance(), run.Event), runspec.EnvVar{Name: runspec.EnvTerminationLog, Value: "/run/sless/result"})
+	env, volumes, err := r.environment(run.Container, run.Function.hostID(), append(vars, run.Function.secretVars()...), run.Function.SecretFiles)
 	if err != nil {
 		r.ledger.release(run.Container)
 		return Outcome{Message: err.Error()}
 	}
 	// Its output is capped as a function instance's is (logCapFlags): it is tenant code's.
 	spec := podman.Spec{Name: run.Container, Image: run.Function.Image, Labels: labels, Env: env, Detach: true,
-		MemoryMB: run.Function.MemoryMB, Volumes: []string{resultDir + ":/run/sless", volume}, Confined: true, Network: r.network,
+		MemoryMB: run.Function.MemoryMB, Volumes: append([]string{resultDir + ":/run/sless"}, volumes...), Confined: true, Network: r.network,
 		IDBase: run.Function.IDBase, Flags: logCapFlags()}
 	if _, err := r.pm.Start(context.WithoutCancel(ctx), spec); err != nil {
-		os.RemoveAll(r.envDir(run.Container))
+		r.dropEnv(run.Container)
 		r.ledger.release(run.Container)
 		return Outcome{Message: err.Error()}
 	}

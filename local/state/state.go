@@ -54,6 +54,8 @@ type DB struct {
 	Namespaces *Namespaces
 	// Invocations keeps the invocation records.
 	Invocations *Invocations
+	// notifySecret tells onChange of a secret's change (OpenSecrets).
+	notifySecret func(ns, name string)
 }
 
 // Open opens (or creates) the state file at path and migrates an earlier schema. onChange, when
@@ -65,7 +67,7 @@ func Open(path string, onChange func(k Kind, ns, name string)) (*DB, error) {
 		return nil, fmt.Errorf("opening state %s (is another sless up using this data dir?): %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketNamespaces, bucketFunctions, bucketTriggers, bucketJobs, bucketBuilds, bucketInvocations, bucketDepsPins, bucketUIDRanges, bucketUIDFree} {
+		for _, b := range [][]byte{bucketMeta, bucketNamespaces, bucketFunctions, bucketTriggers, bucketJobs, bucketBuilds, bucketInvocations, bucketDepsPins, bucketUIDRanges, bucketUIDFree, bucketSecrets} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -88,6 +90,7 @@ func Open(path string, onChange func(k Kind, ns, name string)) (*DB, error) {
 		Triggers:  &Store[objects.TriggerSpec, apiv1.TriggerStatus]{db: db, bucket: bucketTriggers, name: func(t objects.TriggerSpec) string { return t.Name }, notify: notify(KindTrigger)},
 		Jobs:      &Store[objects.JobSpec, apiv1.JobStatus]{db: db, bucket: bucketJobs, name: func(j objects.JobSpec) string { return j.Name }, notify: notify(KindJob)},
 	}
+	s.notifySecret = notify(KindSecret)
 	s.Functions.max, s.Functions.over = &atomic.Int64{}, functionsOverQuota
 	s.Namespaces = &Namespaces{db: db}
 	if s.Invocations, err = loadInvocations(db); err != nil {
@@ -380,7 +383,7 @@ func (n *Namespaces) Exists(_ context.Context, ns string) (bool, error) {
 	return ok, err
 }
 
-// Delete removes the namespace and its triggers and jobs. It refuses (objects.ErrConflict) while
+// Delete removes the namespace and its triggers, jobs and secrets. It refuses (objects.ErrConflict) while
 // functions remain, checked in the same transaction, so a function created meanwhile is never
 // left in a namespace that is gone.
 func (n *Namespaces) Delete(_ context.Context, ns string) error {
@@ -388,7 +391,7 @@ func (n *Namespaces) Delete(_ context.Context, ns string) error {
 		if have := count(tx.Bucket(bucketFunctions), ns); have > 0 {
 			return fmt.Errorf("%w: namespace %q still has %d function(s); delete them first", objects.ErrConflict, ns, have)
 		}
-		for _, b := range [][]byte{bucketTriggers, bucketJobs} {
+		for _, b := range [][]byte{bucketTriggers, bucketJobs, bucketSecrets} {
 			if err := deletePrefix(tx.Bucket(b), ns+"/"); err != nil {
 				return err
 			}

@@ -27,7 +27,15 @@ var bboltBackend = apitest.Backend{Name: "bbolt", New: func(t testing.TB, code c
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return objects.Backend{Namespaces: db.Namespaces, Functions: db.Functions, Triggers: db.Triggers, Jobs: db.Jobs,
+	key, err := state.LoadSecretKey(filepath.Join(t.TempDir(), "secrets.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := db.OpenSecrets(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objects.Backend{Namespaces: db.Namespaces, Functions: db.Functions, Triggers: db.Triggers, Jobs: db.Jobs, Secrets: secrets,
 		Invocations: db.Invocations, Code: code, Resolver: r}, controller{db}
 }}
 

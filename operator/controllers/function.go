@@ -186,11 +186,28 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		logger.Info("built", "image", fn.Status.Image)
 	}
 
+	versions, missing, err := r.secrets(ctx, &fn)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if missing != "" {
+		// Nothing to roll out until the secret is there (the namespace's change brings us back);
+		// the version running, if any, keeps running.
+		fn.Apply(lifecycle.StartFailed{Message: missing}, r.now())
+		if before.Phase != apiv1.PhaseFailed || before.Message != missing {
+			r.event(&fn, corev1.EventTypeWarning, "StartFailed", "%s", missing)
+			r.lifecycle(ctx, &fn, apiv1.EventWarning, apiv1.ReasonFailed, "start failed: %s", missing)
+		}
+		return ctrl.Result{}, r.writeStatus(ctx, &fn, before)
+	}
 	replicas, disabledBy, err := r.replicas(ctx, &fn)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	dep := resources.MakeDeployment(&fn, fn.Status.Image, replicas)
+	if versions != "" {
+		dep.Spec.Template.Annotations = map[string]string{resources.AnnotationSecretVersions: versions}
+	}
 	resources.PolicyGate(&dep.Spec.Template.Spec, r.PolicyGate)
 	live := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: dep.Name, Namespace: dep.Namespace}}
 	var prevImage string // what the Deployment ran before: another image is a new version starting
@@ -289,6 +306,37 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		r.lifecycle(ctx, &fn, apiv1.EventNormal, apiv1.ReasonReady, "%s", ready)
 	}
 	return ctrl.Result{}, nil
+}
+
+// secrets reads what the API recorded on fn's namespace of the secrets fn uses: their versions (a
+// new one rolls the Deployment) and which is missing ("" when none). The controller reads no
+// Secret.
+func (r *FunctionReconciler) secrets(ctx context.Context, fn *slessv1.Function) (versions, missing string, err error) {
+	if len(fn.Spec.SecretEnv) == 0 && len(fn.Spec.SecretFiles) == 0 {
+		return "", "", nil
+	}
+	var ns corev1.Namespace
+	if err := r.Get(ctx, client.ObjectKey{Name: fn.Namespace}, &ns); err != nil {
+		return "", "", err
+	}
+	versions, missing = resources.SecretState(fn, &ns)
+	return versions, missing, nil
+}
+
+// usersOfSecrets maps a tenant namespace to its functions that use a secret: a secret's change
+// (an annotation of the namespace) restarts them.
+func (r *FunctionReconciler) usersOfSecrets(ctx context.Context, obj client.Object) []reconcile.Request {
+	var fns slessv1.FunctionList
+	if err := r.List(ctx, &fns, client.InNamespace(obj.GetName())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, f := range fns.Items {
+		if len(f.Spec.SecretEnv) > 0 || len(f.Spec.SecretFiles) > 0 {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: f.Namespace, Name: f.Name}})
+		}
+	}
+	return out
 }
 
 // quotaLimit is the ResourceQuota that keeps the Deployment from creating pods and the ReplicaSet
@@ -565,8 +613,8 @@ func rateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)})
 }
 
-// SetupWithManager watches Functions, their Deployments and Services, and Triggers (which decide
-// replicas).
+// SetupWithManager watches Functions, their Deployments and Services, Triggers (which decide
+// replicas) and the tenant namespaces (which record the secrets' versions).
 func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		// Its own status writes are not news: only a spec change (or a deletion, which moves the
@@ -581,5 +629,6 @@ func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			t := obj.(*slessv1.Trigger)
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: t.Namespace, Name: t.Spec.FunctionRef}}}
 		})).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.usersOfSecrets), builder.WithPredicates(predicate.AnnotationChangedPredicate{})).
 		Complete(r)
 }

@@ -76,6 +76,18 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
+		if refs := resources.FunctionSecrets(&fn); len(refs.Names()) > 0 {
+			// A Job whose secret is missing would wait in CreateContainerConfigError until its
+			// deadline: this run is over at once, naming what is missing.
+			var ns corev1.Namespace
+			if err := r.Get(ctx, client.ObjectKey{Name: fj.Namespace}, &ns); err != nil {
+				return ctrl.Result{}, err
+			}
+			if _, msg := resources.SecretState(&fn, &ns); msg != "" {
+				apply(lifecycle.RunRefused{RunID: fj.Spec.RunID, Message: "not started: " + msg})
+				return ctrl.Result{}, write()
+			}
+		}
 		job := resources.MakeJob(&fj, &fn, fn.Status.Image)
 		resources.PolicyGate(&job.Spec.Template.Spec, r.PolicyGate)
 		if err := controllerutil.SetControllerReference(&fj, job, r.Scheme); err != nil {

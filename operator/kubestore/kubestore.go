@@ -3,8 +3,10 @@ package kubestore
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,6 +50,7 @@ func New(c client.Client, opts ...Option) (objects.Backend, error) {
 		Functions:   functions(c),
 		Triggers:    triggers(c),
 		Jobs:        jobs(c),
+		Secrets:     secrets{c: c},
 		Invocations: o.invocations,
 		Code:        o.code,
 		Resolver:    o.resolver,
@@ -296,6 +299,18 @@ func functionSpec(f *slessv1.Function) objects.FunctionSpec {
 			out.EnvVars[e.Name] = e.Value
 		}
 	}
+	if len(f.Spec.SecretEnv) > 0 {
+		out.SecretEnv = map[string]string{}
+		for _, e := range f.Spec.SecretEnv {
+			out.SecretEnv[e.Name] = e.Secret + "/" + e.Key
+		}
+	}
+	if len(f.Spec.SecretFiles) > 0 {
+		out.SecretFiles = map[string]string{}
+		for _, e := range f.Spec.SecretFiles {
+			out.SecretFiles[e.Path] = e.Secret
+		}
+	}
 	return out
 }
 
@@ -319,6 +334,15 @@ func setSpec(in objects.FunctionSpec, f *slessv1.Function) {
 	f.Spec.Env = nil
 	for _, k := range keys {
 		f.Spec.Env = append(f.Spec.Env, corev1.EnvVar{Name: k, Value: in.EnvVars[k]})
+	}
+	f.Spec.SecretEnv = nil
+	for _, k := range slices.Sorted(maps.Keys(in.SecretEnv)) {
+		secret, key, _ := strings.Cut(in.SecretEnv[k], "/")
+		f.Spec.SecretEnv = append(f.Spec.SecretEnv, slessv1.SecretEnvVar{Name: k, Secret: secret, Key: key})
+	}
+	f.Spec.SecretFiles = nil
+	for _, p := range slices.Sorted(maps.Keys(in.SecretFiles)) {
+		f.Spec.SecretFiles = append(f.Spec.SecretFiles, slessv1.SecretFiles{Path: p, Secret: in.SecretFiles[p]})
 	}
 }
 

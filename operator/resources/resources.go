@@ -140,7 +140,7 @@ func MakeDeployment(fn *slessv1.Function, image string, replicas int32) *appsv1.
 			Name:      "function",
 			Image:     image,
 			Ports:     []corev1.ContainerPort{{Name: "http", ContainerPort: runspec.Port}},
-			Env:       env(runspec.Env(instance(fn))),
+			Env:       append(env(runspec.Env(instance(fn))), secretEnv(fn)...),
 			Resources: memory(fn),
 			ReadinessProbe: &corev1.Probe{
 				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: runspec.HealthPath, Port: intstr.FromInt32(runspec.Port)}},
@@ -152,6 +152,7 @@ func MakeDeployment(fn *slessv1.Function, image string, replicas int32) *appsv1.
 			Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: preStopSleep}}},
 		}},
 	}
+	secretFiles(fn, &pod)
 	restrictedPod(&pod)
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: DeploymentName(fn.Name), Namespace: fn.Namespace, Labels: labels, OwnerReferences: ownerRef(fn, "Function")},
@@ -182,12 +183,13 @@ func jobPod(fn *slessv1.Function, image, eventJSON string, role runspec.Role, ex
 	pod := corev1.PodSpec{
 		RestartPolicy: corev1.RestartPolicyNever,
 		Containers: []corev1.Container{{
-			Name: "function", Image: image, Env: append(env(runspec.JobEnv(instance(fn), eventJSON)), extra...), Resources: memory(fn),
+			Name: "function", Image: image, Env: append(append(env(runspec.JobEnv(instance(fn), eventJSON)), secretEnv(fn)...), extra...), Resources: memory(fn),
 			// Job mode writes its result (≤ 4 KiB) here; the operator reads it as the message.
 			TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 		}},
 	}
+	secretFiles(fn, &pod)
 	restrictedPod(&pod)
 	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: Labels(fn.Name, role)}, Spec: pod}
 }

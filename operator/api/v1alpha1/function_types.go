@@ -39,6 +39,20 @@ type FunctionSpec struct {
 	// +kubebuilder:validation:MaxItems=128
 	// +optional
 	Env []corev1.EnvVar `json:"env,omitempty"`
+	// SecretEnv are variables whose values come from the namespace's secrets (each a Secret
+	// sless-secret-<secret>, labelled sless.dev/tenant-secret=true).
+	// +kubebuilder:validation:MaxItems=128
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	SecretEnv []SecretEnvVar `json:"secretEnv,omitempty"`
+	// SecretFiles mount each key of a secret as a read-only file in a directory under
+	// /var/run/secrets/.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=path
+	// +optional
+	SecretFiles []SecretFiles `json:"secretFiles,omitempty"`
 	// MinReplicas is the fewest instances kept (0: none when idle).
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=0
@@ -64,6 +78,27 @@ type FunctionSpec struct {
 	// +kubebuilder:validation:Maximum=86400
 	// +optional
 	IdleTimeoutSec int32 `json:"idleTimeoutSec,omitempty"`
+}
+
+// SecretEnvVar is one variable whose value is key Key of secret Secret.
+type SecretEnvVar struct {
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	Name string `json:"name"`
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Secret string `json:"secret"`
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	Key string `json:"key"`
+}
+
+// SecretFiles is the directory Path holding one read-only file per key of secret Secret.
+type SecretFiles struct {
+	// +kubebuilder:validation:Pattern=`^/var/run/secrets/[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`
+	// +kubebuilder:validation:MaxLength=256
+	Path string `json:"path"`
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Secret string `json:"secret"`
 }
 
 // BuildStatus describes the build of the current image.
