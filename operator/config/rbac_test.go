@@ -207,6 +207,17 @@ func TestAccountsAreBounded(t *testing.T) {
 			return c.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "f-1", Namespace: tenant}},
 				client.RawPatch(types.StrategicMergePatchType, []byte(`{"spec":{"containers":[{"name":"function","image":"evil"}]}}`)))
 		}},
+		{"a Job reading another Secret through a key reference", jobIn(tenant, "steal-push-abcde", func(s *corev1.PodSpec) {
+			s.Containers[0].Env = append(s.Containers[0].Env, corev1.EnvVar{Name: "P", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "db-password"}, Key: "p"}}})
+		})},
+		{"a labelled tenant Secret without the tenant-secret prefix", func(ctx context.Context, c client.Client) error {
+			return c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "api-key", Namespace: tenant,
+				Labels: map[string]string{runspec.LabelTenantSecret: "true"}}, StringData: map[string]string{"k": "v"}})
+		}},
+		{"a Secret deleted that is not a tenant's own", func(ctx context.Context, c client.Client) error {
+			return c.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-password", Namespace: tenant}})
+		}},
 		{"a tenant Secret overwritten with an unlabelled one", func(ctx context.Context, c client.Client) error {
 			return c.Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-password", Namespace: tenant}, StringData: map[string]string{"p": "evil"}})
 		}},
@@ -239,8 +250,7 @@ func TestAccountsAreBounded(t *testing.T) {
 	// What each does itself still passes.
 	pull := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: resources.PullSecret, Namespace: tenant, Labels: managed},
 		Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`)}}
-	tenantSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "api-key", Namespace: tenant, Labels: map[string]string{runspec.LabelTenantSecret: "true"}},
-		StringData: map[string]string{"k": "v"}}
+	tenantSecret := resources.MakeTenantSecret(tenant, "api-key", map[string]string{"k": "v"})
 	for _, a := range []struct {
 		who  string
 		name string
@@ -251,6 +261,12 @@ func TestAccountsAreBounded(t *testing.T) {
 		}},
 		{"sless-system/" + apiAccount, "a tenant's Secret", func(ctx context.Context, c client.Client) error { return c.Create(ctx, tenantSecret.DeepCopy()) }},
 		{"sless-system/" + apiAccount, "a tenant's Secret replaced", func(ctx context.Context, c client.Client) error { return c.Update(ctx, tenantSecret.DeepCopy()) }},
+		{"sless-system/" + apiAccount, "a tenant's Secret deleted", func(ctx context.Context, c client.Client) error {
+			if err := c.Delete(ctx, tenantSecret.DeepCopy()); err != nil {
+				return err
+			}
+			return c.Create(ctx, tenantSecret.DeepCopy()) // the function's templates below use it
+		}},
 		{"sless-system/" + apiAccount, "a tenant namespace deleted", func(ctx context.Context, c client.Client) error {
 			return c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sless-0000000000000ab2"}})
 		}},
@@ -268,7 +284,10 @@ func TestAccountsAreBounded(t *testing.T) {
 			return c.Create(ctx, resources.DepsPushSecret(j, "f-deps-1-push-abcde", []byte(`{"auths":{}}`)))
 		}},
 		{"sless-system/" + controllerAccount, "a function's Deployment, job and CronJob", func(ctx context.Context, c client.Client) error {
-			fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "f", UID: "u1"}, Spec: slessv1.FunctionSpec{Runtime: "python3.11", MemoryMB: 128, TimeoutSec: 5}}
+			// With secrets: their key references and volumes are the tenant's own Secrets.
+			fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "f", UID: "u1"}, Spec: slessv1.FunctionSpec{Runtime: "python3.11", MemoryMB: 128, TimeoutSec: 5,
+				SecretEnv:   []slessv1.SecretEnvVar{{Name: "K", Secret: "api-key", Key: "k"}},
+				SecretFiles: []slessv1.SecretFiles{{Path: "/var/run/secrets/api", Secret: "api-key"}}}}
 			fj := &slessv1.FunctionJob{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "run", UID: "u2"}}
 			tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "every", UID: "u3"}, Spec: slessv1.TriggerSpec{Schedule: "* * * * *"}}
 			d := resources.MakeDeployment(fn, "r/f@sha256:1", 1)
