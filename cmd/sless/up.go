@@ -56,6 +56,7 @@ type upConfig struct {
 
 	dataDir, regListen, podmanRoot, basesDir, basesScript string
 	depsCA, subnetFlag                                    string
+	secretsKey                                            string
 	subnet                                                netip.Prefix
 	egressAllowFlags                                      []string
 	egressAllow                                           []network.Allow
@@ -80,6 +81,7 @@ func (c *upConfig) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.podmanRoot, "podman-root", filepath.Join(defaultCacheDir(), "podman"), "podman storage (shared, so base layers are pulled once)")
 	fs.StringVar(&c.basesDir, "bases-dir", filepath.Join(defaultCacheDir(), "bases"), "language base image layouts (hack/build-bases.sh)")
 	fs.StringVar(&c.basesScript, "bases-script", ownBasesScript(), "absolute path of the script that builds missing bases (default: hack/build-bases.sh of the tree this binary was built from, never the working directory's; '' to never build)")
+	fs.StringVar(&c.secretsKey, "secrets-key-file", "", "the key namespaces' secrets are encrypted with at rest (made on first use, mode 0600; default: secrets.key in --data-dir)")
 	fs.StringVar(&c.depsCA, "deps-ca-file", defaultCAFile(), "CA bundle for dependency installs ('' for the runtime image's own)")
 	fs.StringVar(&c.subnetFlag, "subnet", "", "the instance's IPv4 /24 for its own container networks (default: a free one in 10.89.0.0/16; never podman's 10.88.0.0/16)")
 	fs.StringArrayVar(&c.egressAllowFlags, "egress-allow", nil, "CIDR:PORT (or CIDR:*) functions, jobs and cron runs may reach although it is not the outside (a private range, a LAN database); repeatable")
@@ -200,7 +202,7 @@ func runUp(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error {
 		BasesDir: c.basesDir, Clock: clock, Logger: logger, Progress: stderr,
 		PipIndexURL: c.indexes.PipIndexURL, NPMRegistry: c.indexes.NPMRegistry, DepsCAFile: c.depsCA, Subnet: c.subnet, IndexHosts: c.indexes.Hosts,
 		EgressAllow: c.egressAllow, ConnRate: c.connRate, ConnMax: c.connMax, GuardInterval: c.guardEvery,
-		Quota: c.localQuota(), Autoscale: c.autoscale.DeciderOptions(), ObserveBuild: builds.Observe})
+		Quota: c.localQuota(), Autoscale: c.autoscale.DeciderOptions(), ObserveBuild: builds.Observe, SecretsKeyFile: c.secretsKey})
 	if err != nil {
 		return err
 	}
