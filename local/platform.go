@@ -359,7 +359,8 @@ func instanceID(dataDir string) string {
 }
 
 // Down removes what an instance left running on the host: its containers (which outlive sless
-// up by design), its networks and its firewall chain. The data dir itself stays.
+// up by design), what they were handed on the tmpfs (runner.RunDir), its networks and its
+// firewall chain. The data dir itself stays.
 func Down(ctx context.Context, dataDir, podmanRoot string) error {
 	abs, err := filepath.Abs(dataDir)
 	if err != nil {
@@ -374,9 +375,10 @@ func Down(ctx context.Context, dataDir, podmanRoot string) error {
 		return err
 	}
 	var errs []error
+	removed := true
 	for _, label := range []string{runspec.LabelInstance, "dev.sless.instance"} {
 		if _, err := pm.Run(ctx, "rm", "-f", "-t", "0", "--filter", "label="+label+"="+instance); err != nil {
-			errs = append(errs, err)
+			errs, removed = append(errs, err), false
 		}
 	}
 	if _, err := os.Stat(filepath.Join(network.ConfDir(abs), "subnet")); err == nil {
@@ -385,6 +387,10 @@ func Down(ctx context.Context, dataDir, podmanRoot string) error {
 			err = nets.Remove(ctx)
 		}
 		errs = append(errs, err)
+	}
+	if removed {
+		// The containers are gone: nothing reads what they were handed (their env and secret files).
+		errs = append(errs, runner.RemoveRunDir(instance))
 	}
 	return errors.Join(errs...)
 }
