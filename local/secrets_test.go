@@ -18,19 +18,6 @@ import (
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
-// pySecrets returns what the function reads of its secrets: a variable, a file, whether the
-// file can be written, and the directory's listing.
-const pySecrets = `import os
-def handle(event):
-    d = '/var/run/secrets/tls'
-    try:
-        open(d + '/cert', 'a').close()
-        writable = True
-    except OSError:
-        writable = False
-    return {'db': os.environ.get('DB_URL'), 'cert': open(d + '/cert').read(), 'files': sorted(os.listdir(d)), 'writable': writable}
-`
-
 // A function reads its secrets from its environment and from files on a real sless up: no answer
 // of the API (the function, the secret, events, logs, invocations) carries a value, nor does any
 // file under the data dir; a new value restarts the function without a build; a reference to a
@@ -54,16 +41,12 @@ func TestSecretsUp(t *testing.T) {
 		SecretEnv: map[string]string{"DB_URL": "db/url"}, SecretFiles: map[string]string{"/var/run/secrets/tls": "tls"}}); err != nil {
 		t.Fatal(err)
 	}
-	f := u.deploy(t, "sec", "python3.11", map[string]string{"handler.py": pySecrets})
+	f := u.deploy(t, "sec", "python3.11", map[string]string{"handler.py": testenv.SecretsHandler})
 	if f.Status.Phase != apiv1.PhaseReady {
 		t.Fatalf("status %+v\n%s", f.Status, u.logTail())
 	}
 	built := f.Status.LastBuiltAt
-	var got struct {
-		DB, Cert string
-		Files    []string
-		Writable bool
-	}
+	var got testenv.SecretsRead
 	call := func() int {
 		t.Helper()
 		code, body := u.get("/fn/" + ns + "/sec")
@@ -89,7 +72,7 @@ func TestSecretsUp(t *testing.T) {
 		SecretEnv: map[string]string{"X": "db/nokey"}}); err != nil {
 		t.Fatal(err)
 	}
-	m := u.deploy(t, "miss", "python3.11", map[string]string{"handler.py": pySecrets})
+	m := u.deploy(t, "miss", "python3.11", map[string]string{"handler.py": testenv.SecretsHandler})
 	if m.Status.Phase != apiv1.PhaseFailed || !strings.Contains(m.Status.Message, `"nokey"`) || !strings.Contains(m.Status.Message, `"db"`) {
 		t.Errorf("a missing key: %+v", m.Status)
 	}
@@ -125,7 +108,7 @@ func TestSecretsUp(t *testing.T) {
 	if _, err := other.CreateFunction(ctx, apiv1.Function{Name: "steal", Runtime: "python3.11", SecretEnv: map[string]string{"DB_URL": "db/url"}}); err != nil {
 		t.Fatal(err)
 	}
-	z := testenv.Zip(map[string]string{"handler.py": pySecrets})
+	z := testenv.Zip(map[string]string{"handler.py": testenv.SecretsHandler})
 	if _, err := other.Upload(ctx, "steal", bytes.NewReader(z), int64(len(z))); err != nil {
 		t.Fatal(err)
 	}

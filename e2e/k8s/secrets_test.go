@@ -10,19 +10,8 @@ import (
 	"time"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/internal/testenv"
 )
-
-// pySecrets answers what the function reads of its secrets: a variable and a mounted file.
-const pySecrets = `import os
-def handle(event):
-    d = '/var/run/secrets/tls'
-    try:
-        open(d + '/cert', 'a').close()
-        writable = True
-    except OSError:
-        writable = False
-    return {'db': os.environ.get('DB_URL'), 'cert': open(d + '/cert').read(), 'files': sorted(f for f in os.listdir(d) if not f.startswith('..')), 'writable': writable}
-`
 
 // On the real cluster a function reads its secrets from env (a key reference) and from files (a
 // Secret volume); the API's answers, the Function and its Deployment hold no value; a new value
@@ -44,12 +33,8 @@ func TestSecretsOnKubernetes(t *testing.T) {
 		SecretEnv: map[string]string{"DB_URL": "db/url"}, SecretFiles: map[string]string{"/var/run/secrets/tls": "tls"}}); err != nil {
 		t.Fatal(err)
 	}
-	f := deploy(t, c, "sec", "python3.11", map[string]string{"handler.py": pySecrets})
-	var got struct {
-		DB, Cert string
-		Files    []string
-		Writable bool
-	}
+	f := deploy(t, c, "sec", "python3.11", map[string]string{"handler.py": testenv.SecretsHandler})
+	var got testenv.SecretsRead
 	call := func() int {
 		code, body := get(c.FunctionURL("sec"))
 		got.DB, got.Cert = "", ""
@@ -72,7 +57,7 @@ func TestSecretsOnKubernetes(t *testing.T) {
 	if _, err := c.CreateFunction(ctx, apiv1.Function{Name: "miss", Runtime: "python3.11", SecretEnv: map[string]string{"X": "db/nokey"}}); err != nil {
 		t.Fatal(err)
 	}
-	m := deployUntil(t, c, "miss", "python3.11", map[string]string{"handler.py": pySecrets}, apiv1.PhaseFailed)
+	m := deployUntil(t, c, "miss", "python3.11", map[string]string{"handler.py": testenv.SecretsHandler}, apiv1.PhaseFailed)
 	if !strings.Contains(m.Status.Message, `has no key "nokey"`) {
 		t.Errorf("a missing key: %+v", m.Status)
 	}
@@ -97,7 +82,7 @@ func TestSecretsOnKubernetes(t *testing.T) {
 	if _, err := other.CreateFunction(ctx, apiv1.Function{Name: "steal", Runtime: "python3.11", SecretEnv: map[string]string{"DB_URL": "db/url"}}); err != nil {
 		t.Fatal(err)
 	}
-	s := deployUntil(t, other, "steal", "python3.11", map[string]string{"handler.py": pySecrets}, apiv1.PhaseFailed)
+	s := deployUntil(t, other, "steal", "python3.11", map[string]string{"handler.py": testenv.SecretsHandler}, apiv1.PhaseFailed)
 	if !strings.Contains(s.Status.Message, `secret "db" does not exist`) {
 		t.Errorf("another tenant's reference: %+v", s.Status)
 	}
