@@ -2,6 +2,8 @@ package provider_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
@@ -64,6 +66,16 @@ func TestExamples(t *testing.T) {
 				t.Errorf("job_result %q, want {\"sum\":600}", o["job_result"])
 			}
 		}},
+		{"secrets", func(t *testing.T, o map[string]string) {
+			code, body := u.Get(strings.TrimPrefix(o["url"], u.URL))
+			// len("example-token-0123456789"), sha256 of the example certificate
+			if code != 200 || !strings.Contains(body, `"token_length": 24`) || !strings.Contains(body, `"cert_sha256": "`+sha256Hex("-----BEGIN CERTIFICATE-----\nexample\n-----END CERTIFICATE-----\n")+`"`) {
+				t.Errorf("url %s: %d %s", o["url"], code, body)
+			}
+			if o["api_secret_version"] != "1" {
+				t.Errorf("api_secret_version %q", o["api_secret_version"])
+			}
+		}},
 	} {
 		t.Run(tc.example, func(t *testing.T) {
 			dir := t.TempDir()
@@ -94,6 +106,11 @@ func TestExamples(t *testing.T) {
 			}
 		})
 	}
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
 
 func jsonString(v any) string {

@@ -46,6 +46,8 @@ type functionModel struct {
 	MemoryMB        types.Int64  `tfsdk:"memory_mb"`
 	TimeoutSec      types.Int64  `tfsdk:"timeout_sec"`
 	EnvVars         types.Map    `tfsdk:"env_vars"`
+	SecretEnv       types.Map    `tfsdk:"secret_env"`
+	SecretFiles     types.Map    `tfsdk:"secret_files"`
 	MinReplicas     types.Int64  `tfsdk:"min_replicas"`
 	MaxReplicas     types.Int64  `tfsdk:"max_replicas"`
 	Concurrency     types.Int64  `tfsdk:"concurrency"`
@@ -125,7 +127,12 @@ func (r *FunctionResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			"idle_timeout_sec": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(apiv1.DefaultIdleTimeout),
 				Validators:  []validator.Int64{idleTimeoutValidator},
 				Description: fmt.Sprintf("An instance above min_replicas is stopped after this many seconds without a request (%d–%d). Changes in place.", apiv1.MinIdleTimeoutSec, apiv1.MaxIdleTimeoutSec)},
-			"env_vars":          schema.MapAttribute{Optional: true, ElementType: types.StringType, Description: "Environment variables, set at run time (never baked into the image)."},
+			// Sensitive: env_vars held secrets before secret_env existed, and may still.
+			"env_vars": schema.MapAttribute{Optional: true, Sensitive: true, ElementType: types.StringType, Description: "Environment variables, set at run time (never baked into the image). Sensitive: plans show no values."},
+			"secret_env": schema.MapAttribute{Optional: true, ElementType: types.StringType, Validators: []validator.Map{secretEnvValidator},
+				Description: "Environment variables from the namespace's secrets: NAME = \"secret/key\". Changes in place (a restart, no rebuild); a new value of the secret restarts the function too."},
+			"secret_files": schema.MapAttribute{Optional: true, ElementType: types.StringType, Validators: []validator.Map{secretFilesValidator},
+				Description: "Secrets mounted as read-only files, one per key: \"" + apiv1.SecretFilesRoot + "<dir>\" = secret name. Changes in place."},
 			"build_timeout_sec": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(300), Description: "How long apply waits for the function to be Ready."},
 			"image":             schema.StringAttribute{Computed: true, Description: "The function image, by digest."},
 			"phase":             schema.StringAttribute{Computed: true, Description: "Pending, Building, Ready or Failed."},
@@ -201,17 +208,44 @@ func (m functionModel) spec() (apiv1.Function, error) {
 		// An unknown (or null) value is sent as 0: the server's default.
 		MinReplicas: int(m.MinReplicas.ValueInt64()), MaxReplicas: int(m.MaxReplicas.ValueInt64()),
 		Concurrency: int(m.Concurrency.ValueInt64()), IdleTimeoutSec: int(m.IdleTimeoutSec.ValueInt64())}
-	if !m.EnvVars.IsNull() && !m.EnvVars.IsUnknown() {
-		f.EnvVars = map[string]string{}
-		for k, v := range m.EnvVars.Elements() {
-			s, ok := v.(types.String)
-			if !ok || s.IsUnknown() {
-				return f, fmt.Errorf("env_vars[%q] must be a known string", k)
-			}
-			f.EnvVars[k] = s.ValueString()
-		}
+	var err error
+	if f.EnvVars, err = stringMap("env_vars", m.EnvVars); err != nil {
+		return f, err
 	}
-	return f, nil
+	if f.SecretEnv, err = stringMap("secret_env", m.SecretEnv); err != nil {
+		return f, err
+	}
+	f.SecretFiles, err = stringMap("secret_files", m.SecretFiles)
+	return f, err
+}
+
+// stringMap is a known map attribute's value; nil when null or unknown.
+func stringMap(attr string, m types.Map) (map[string]string, error) {
+	if m.IsNull() || m.IsUnknown() {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for k, v := range m.Elements() {
+		s, ok := v.(types.String)
+		if !ok || s.IsUnknown() {
+			return nil, fmt.Errorf("%s[%q] must be a known string", attr, k)
+		}
+		out[k] = s.ValueString()
+	}
+	return out, nil
+}
+
+// fillMap sets a map attribute from the platform's answer; an empty answer stays null unless the
+// configuration has the attribute (an empty map there).
+func fillMap(dst *types.Map, src map[string]string) {
+	if len(src) == 0 && (dst.IsNull() || dst.IsUnknown()) {
+		return
+	}
+	vals := map[string]types.String{}
+	for k, v := range src {
+		vals[k] = types.StringValue(v)
+	}
+	*dst, _ = types.MapValueFrom(context.Background(), types.StringType, vals)
 }
 
 // fill copies what the platform reports into the model.
@@ -226,13 +260,9 @@ func (m *functionModel) fill(f *apiv1.Function, ns string) {
 	m.MaxReplicas = types.Int64Value(int64(f.MaxReplicas))
 	m.Concurrency = types.Int64Value(int64(f.Concurrency))
 	m.IdleTimeoutSec = types.Int64Value(int64(f.IdleTimeoutSec))
-	if len(f.EnvVars) > 0 || (!m.EnvVars.IsNull() && !m.EnvVars.IsUnknown()) {
-		env := map[string]types.String{}
-		for k, v := range f.EnvVars {
-			env[k] = types.StringValue(v)
-		}
-		m.EnvVars, _ = types.MapValueFrom(context.Background(), types.StringType, env)
-	}
+	fillMap(&m.EnvVars, f.EnvVars)
+	fillMap(&m.SecretEnv, f.SecretEnv)
+	fillMap(&m.SecretFiles, f.SecretFiles)
 	m.Image = types.StringValue(f.Status.Image)
 	m.Phase = types.StringValue(string(f.Status.Phase))
 	m.CodeSHA256 = types.StringValue(f.Status.CodeSHA256)
@@ -329,7 +359,7 @@ func (r *FunctionResource) Create(ctx context.Context, req resource.CreateReques
 	}
 	spec, err := m.spec()
 	if err != nil {
-		resp.Diagnostics.AddError("Invalid env_vars", err.Error())
+		resp.Diagnostics.AddError("Invalid function settings", err.Error())
 		return
 	}
 	events := r.watchEvents(ctx, spec.Name)
@@ -380,7 +410,7 @@ func (r *FunctionResource) Update(ctx context.Context, req resource.UpdateReques
 	}
 	spec, err := m.spec()
 	if err != nil {
-		resp.Diagnostics.AddError("Invalid env_vars", err.Error())
+		resp.Diagnostics.AddError("Invalid function settings", err.Error())
 		return
 	}
 	events := r.watchEvents(ctx, spec.Name)
@@ -396,7 +426,8 @@ func (r *FunctionResource) Update(ctx context.Context, req resource.UpdateReques
 	// limits, or for the scale just the controller catching up, Pending meanwhile): wait until the
 	// function serves it, so phase is Ready as planned.
 	changed := !state.Runtime.Equal(m.Runtime) || !state.Entrypoint.Equal(m.Entrypoint) || !state.MemoryMB.Equal(m.MemoryMB) ||
-		!state.TimeoutSec.Equal(m.TimeoutSec) || !state.EnvVars.Equal(m.EnvVars) || !state.MinReplicas.Equal(m.MinReplicas) ||
+		!state.TimeoutSec.Equal(m.TimeoutSec) || !state.EnvVars.Equal(m.EnvVars) ||
+		!state.SecretEnv.Equal(m.SecretEnv) || !state.SecretFiles.Equal(m.SecretFiles) || !state.MinReplicas.Equal(m.MinReplicas) ||
 		!state.MaxReplicas.Equal(m.MaxReplicas) || !state.Concurrency.Equal(m.Concurrency) || !state.IdleTimeoutSec.Equal(m.IdleTimeoutSec)
 	err = r.deploy(ctx, &m, events, state.CodeSHA256.ValueString(), changed)
 	if err == nil {

@@ -317,6 +317,48 @@ func TestAccBadConfig(t *testing.T) {
   name = "x"
   runtime = "python3.11"
 }`, `(?s)source_dir.*code_path|code_path.*source_dir`, false},
+		{"secret_env bad name", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  source_dir = "` + src + `"
+  secret_env = { "1BAD" = "db/url" }
+}`, `(?s)secret_env\s+name\s+"1BAD"\s+is\s+invalid`, false},
+		{"secret_env platform name", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  source_dir = "` + src + `"
+  secret_env = { SLESS_TOKEN = "db/url" }
+}`, `(?s)"SLESS_TOKEN"\s+is\s+set\s+by\s+the\s+platform`, false},
+		{"secret_env bad reference", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  source_dir = "` + src + `"
+  secret_env = { DB_URL = "db" }
+}`, `(?s)secret_env\s+DB_URL:\s+secret\s+reference\s+"db"\s+must\s+be\s+SECRET/KEY`, false},
+		{"secret_files outside /var/run/secrets", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  source_dir = "` + src + `"
+  secret_files = { "/etc/db" = "db" }
+}`, `(?s)secret_files\s+path\s+"/etc/db"\s+must\s+be\s+a\s+directory\s+under`, false},
+		{"secret_files bad secret name", `resource "sless_function" "f" {
+  name = "x"
+  runtime = "python3.11"
+  source_dir = "` + src + `"
+  secret_files = { "/var/run/secrets/db" = "Bad_Name" }
+}`, `(?s)secret_files\s+/var/run/secrets/db:\s+secret\s+name\s+"Bad_Name"\s+is\s+invalid`, false},
+		{"secret bad key", `resource "sless_secret" "s" {
+  name = "s"
+  data = { "bad-key" = "v" }
+}`, `(?s)secret\s+key\s+"bad-key"\s+is\s+invalid`, false},
+		{"secret no keys", `resource "sless_secret" "s" {
+  name = "s"
+  data = {}
+}`, `(?s)at\s+least\s+one\s+key`, false},
+		{"secret bad name", `resource "sless_secret" "s" {
+  name = "Bad_Name"
+  data = { K = "v" }
+}`, `name "Bad_Name" is invalid`, false},
 		{"bad cron", `resource "sless_trigger" "t" {
   name = "t"
   function_ref = "x"
@@ -347,6 +389,9 @@ func TestAccBadConfig(t *testing.T) {
 	}
 	if fs, _ := u.Client.ListFunctions(context.Background()); len(fs) != 0 {
 		t.Errorf("bad configurations created %v", fs)
+	}
+	if ss, _ := u.Client.ListSecrets(context.Background()); len(ss) != 0 {
+		t.Errorf("bad configurations created secrets %v", ss)
 	}
 }
 

@@ -3,10 +3,12 @@ package provider
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/sless-dev/sless/api/apiv1"
 )
@@ -64,3 +66,77 @@ var jsonValidator = stringCheck{"JSON text", func(s string) error {
 	}
 	return nil
 }}
+
+// mapCheck checks a map of strings whose elements are known; an unknown element (from another
+// resource's attribute) is checked by the server at apply.
+type mapCheck struct {
+	desc  string
+	check func(map[string]string) error
+}
+
+func (v mapCheck) Description(context.Context) string         { return v.desc }
+func (v mapCheck) MarkdownDescription(context.Context) string { return v.desc }
+
+func (v mapCheck) ValidateMap(_ context.Context, req validator.MapRequest, resp *validator.MapResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	m := map[string]string{}
+	for k, e := range req.ConfigValue.Elements() {
+		s, ok := e.(types.String)
+		if !ok || s.IsUnknown() {
+			return
+		}
+		m[k] = s.ValueString()
+	}
+	if err := v.check(m); err != nil {
+		msg := err.Error()
+		if ae, ok := err.(*apiv1.Error); ok {
+			msg = ae.Message // names the key at fault, never a value
+		}
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid "+req.Path.String(), msg)
+	}
+}
+
+// secretDataValidator: the API's limits on a secret's keys and values.
+var secretDataValidator = mapCheck{fmt.Sprintf("keys as env names; values at most %d bytes, %d bytes in all", apiv1.MaxSecretValueBytes, apiv1.MaxSecretBytes),
+	apiv1.ValidSecretData}
+
+// secretEnvValidator: NAME → "secret/key". Names the runtime reserves are the server's to refuse
+// (apiv1 does not export them); the platform's SLESS_ prefix is refused here.
+var secretEnvValidator = mapCheck{"variable name → \"secret/key\"", func(m map[string]string) error {
+	for _, k := range sortedKeys(m) {
+		if err := apiv1.ValidSecretEnvName(k, func(string) bool { return false }); err != nil {
+			return err
+		}
+		if _, _, err := apiv1.SplitSecretRef(m[k]); err != nil {
+			return fmt.Errorf("secret_env %s: %s", k, err.(*apiv1.Error).Message)
+		}
+	}
+	return nil
+}}
+
+// secretFilesValidator: "/var/run/secrets/<dir>" → a secret's name.
+var secretFilesValidator = mapCheck{"a directory under " + apiv1.SecretFilesRoot + " → a secret's name", func(m map[string]string) error {
+	if len(m) > apiv1.MaxSecretFiles {
+		return fmt.Errorf("%d secret_files; at most %d", len(m), apiv1.MaxSecretFiles)
+	}
+	for _, p := range sortedKeys(m) {
+		if err := apiv1.ValidSecretFilesPath(p); err != nil {
+			return err
+		}
+		if err := apiv1.ValidName("secret", m[p]); err != nil {
+			return fmt.Errorf("secret_files %s: %s", p, err.(*apiv1.Error).Message)
+		}
+	}
+	return nil
+}}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
