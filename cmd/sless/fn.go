@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,7 +31,7 @@ func fnCmd() *cobra.Command {
 
 type deployFlags struct {
 	name, runtime, entrypoint                      string
-	env                                            []string
+	env, secretEnv, secretFiles                    []string
 	memoryMB, timeoutSec, minReplicas, maxReplicas int
 	wait                                           time.Duration
 }
@@ -46,10 +48,15 @@ InstallingDependencies, Building, Pushing, Built, Starting, Ready) with its mess
 or the start fails it prints the failed stage, the platform's message and the last 20 lines of the
 build log (of the instances' log when the function failed to start), and exits non-zero.
 
-On an existing function, a setting whose flag is not given keeps its value; --env replaces all of
-the function's environment variables.`,
+--secret-env NAME=SECRET/KEY sets a variable from a secret's key, --secret-file DIR=SECRET mounts a
+secret as a directory of read-only files, one per key, DIR under /var/run/secrets/ (see 'sless
+secret set'). The secrets' values are not part of the image: a new value restarts the function.
+
+On an existing function, a setting whose flag is not given keeps its value; --env, --secret-env
+and --secret-file each replace all of the function's entries of their kind.`,
 		Example: `  sless fn deploy ./hello --name hello --runtime python3.11
-  sless fn deploy . --name api --runtime nodejs20 --entrypoint index.handle --env MODE=prod --max-replicas 5`,
+  sless fn deploy . --name api --runtime nodejs20 --entrypoint index.handle --env MODE=prod --max-replicas 5
+  sless fn deploy . --name api --secret-env DB_URL=db/url --secret-file /var/run/secrets/tls=tls`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return deploy(cmd, args[0], f)
@@ -63,6 +70,8 @@ the function's environment variables.`,
 	fl.StringVar(&f.runtime, "runtime", "", "runtime: "+strings.Join(runtimes.Names(), ", ")+" (required to create)")
 	fl.StringVar(&f.entrypoint, "entrypoint", "handler.handle", "handler: python module.function or node file.export")
 	fl.StringArrayVar(&f.env, "env", nil, "an environment variable K=V (repeat the flag for more)")
+	fl.StringArrayVar(&f.secretEnv, "secret-env", nil, "an environment variable from a secret, NAME=SECRET/KEY (repeat the flag for more)")
+	fl.StringArrayVar(&f.secretFiles, "secret-file", nil, "a secret's keys as files in a directory, "+apiv1.SecretFilesRoot+"DIR=SECRET (repeat the flag for more)")
 	fl.IntVar(&f.memoryMB, "memory-mb", 0, "memory limit in MiB (0: the platform's default)")
 	fl.IntVar(&f.timeoutSec, "timeout-sec", 0, "request timeout in seconds (0: the platform's default)")
 	fl.IntVar(&f.minReplicas, "min-replicas", 0, "instances kept running when idle")
@@ -76,25 +85,61 @@ the function's environment variables.`,
 	return c
 }
 
-func parseEnv(kvs []string) (map[string]string, error) {
+func parseEnv(kvs []string) (map[string]string, error) { return parsePairs("--env", "K=V", kvs) }
+
+// parsePairs reads a repeated flag of K=V pairs.
+func parsePairs(flag, form string, kvs []string) (map[string]string, error) {
 	env := map[string]string{}
 	for _, kv := range kvs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return nil, usageError{fmt.Sprintf("--env %q must be K=V", kv)}
+			return nil, usageError{fmt.Sprintf("%s %q must be %s", flag, kv, form)}
 		}
 		if _, dup := env[k]; dup {
-			return nil, usageError{fmt.Sprintf("--env %s is given twice", k)}
+			return nil, usageError{fmt.Sprintf("%s %s is given twice", flag, k)}
 		}
 		env[k] = v
 	}
 	return env, nil
 }
 
+// parseSecretRefs reads --secret-env and --secret-file and checks them with the API's own rules
+// (names the runtime reserves are left to the API), so a mistake is told before the code is sent.
+func parseSecretRefs(f deployFlags) (env, files map[string]string, err error) {
+	if env, err = parsePairs("--secret-env", "NAME=SECRET/KEY", f.secretEnv); err != nil {
+		return nil, nil, err
+	}
+	if files, err = parsePairs("--secret-file", apiv1.SecretFilesRoot+"DIR=SECRET", f.secretFiles); err != nil {
+		return nil, nil, err
+	}
+	msg := func(err error) error { return usageError{err.(*apiv1.Error).Message} }
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if err := apiv1.ValidSecretEnvName(k, func(string) bool { return false }); err != nil {
+			return nil, nil, msg(err)
+		}
+		if _, _, err := apiv1.SplitSecretRef(env[k]); err != nil {
+			return nil, nil, usageError{"--secret-env " + k + ": " + err.(*apiv1.Error).Message}
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		if err := apiv1.ValidSecretFilesPath(p); err != nil {
+			return nil, nil, msg(err)
+		}
+		if err := apiv1.ValidName("secret", files[p]); err != nil {
+			return nil, nil, usageError{"--secret-file " + p + ": " + err.(*apiv1.Error).Message}
+		}
+	}
+	return env, files, nil
+}
+
 func deploy(cmd *cobra.Command, dir string, f deployFlags) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	changed := cmd.Flags().Changed
 	env, err := parseEnv(f.env)
+	if err != nil {
+		return err
+	}
+	secretEnv, secretFiles, err := parseSecretRefs(f)
 	if err != nil {
 		return err
 	}
@@ -136,6 +181,12 @@ func deploy(cmd *cobra.Command, dir string, f deployFlags) error {
 		if len(env) > 0 {
 			spec.EnvVars = env
 		}
+		if len(secretEnv) > 0 {
+			spec.SecretEnv = secretEnv
+		}
+		if len(secretFiles) > 0 {
+			spec.SecretFiles = secretFiles
+		}
 		if _, err := c.CreateFunction(ctx, spec); err != nil {
 			return fmt.Errorf("creating function %s: %w", f.name, err)
 		}
@@ -153,6 +204,12 @@ func deploy(cmd *cobra.Command, dir string, f deployFlags) error {
 		}
 		if changed("env") {
 			spec.EnvVars = env
+		}
+		if changed("secret-env") {
+			spec.SecretEnv = secretEnv
+		}
+		if changed("secret-file") {
+			spec.SecretFiles = secretFiles
 		}
 		for _, s := range []struct {
 			flag string
@@ -334,6 +391,9 @@ func describeFunction(w io.Writer, f *apiv1.Function) error {
 		{"Replicas:", fmt.Sprintf("%d ready, %d desired (min %d, max %d, concurrency %d, idle timeout %d s)",
 			st.Replicas, st.DesiredReplicas, f.MinReplicas, f.MaxReplicas, f.Concurrency, f.IdleTimeoutSec)},
 		{"Env:", orDash(strings.Join(envNames, ", "))},
+		// References, not values: which secret and key each name takes.
+		{"Secret env:", orDash(pairs(f.SecretEnv))},
+		{"Secret files:", orDash(pairs(f.SecretFiles))},
 	}
 	if st.LastBuiltAt != nil {
 		rows = append(rows, []string{"Last built:", st.LastBuiltAt.Format(time.RFC3339)})
@@ -357,6 +417,15 @@ func describeFunction(w io.Writer, f *apiv1.Function) error {
 		}
 	}
 	return nil
+}
+
+// pairs is "k=v, …" sorted by key.
+func pairs(m map[string]string) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, k+"="+m[k])
+	}
+	return strings.Join(out, ", ")
 }
 
 func fnRemoveCmd() *cobra.Command {
