@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -36,6 +37,7 @@ type config struct {
 	indexes   options.Indexes
 	metrics   options.Metrics
 	quota     options.TenantQuota
+	egressOpt options.Egress
 
 	role                                    string
 	leaderElect, autoscaleOn                bool
@@ -56,6 +58,10 @@ type config struct {
 	// kubeQuota holds the caps only Kubernetes has (CPU, disk, pods, a container's CPU); the
 	// shared ones are in quota.
 	kubeQuota resources.TenantQuota
+	// clusterCIDRs and egressDeny are --cluster-cidr and --egress-deny; tenantEgress is what they
+	// and the shared egress flags say.
+	clusterCIDRs, egressDeny []string
+	tenantEgress             resources.TenantEgress
 }
 
 // addFlags declares every flag of sless-operator on fs.
@@ -66,6 +72,7 @@ func (c *config) addFlags(fs *pflag.FlagSet) {
 	c.indexes.AddFlags(fs)
 	c.metrics.AddFlags(fs)
 	c.quota.AddFlags(fs)
+	c.egressOpt.AddFlags(fs)
 
 	fs.StringVar(&c.role, "role", roleAll, "what this process runs: "+roleAPI+" (the REST API and /fn/: stateless, as many replicas as you like), "+roleController+" (the reconcilers, the autoscaler and the index proxy, active on the leader of the Lease only; --listen then serves /healthz and /readyz only) or "+roleAll+" (both in one process)")
 	// The URL carries a password: from the environment (a Secret), never from argv.
@@ -92,6 +99,8 @@ func (c *config) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.loadsService, "loads-service", "sless-api-loads", "the Service in --operator-namespace whose EndpointSlices list the /fn/ replicas the autoscaler reads (port \"loads\"; it must carry the label app.kubernetes.io/managed-by=sless-operator)")
 	fs.StringVar(&c.operatorImage, "operator-image", "", "this operator's image (by digest): deps Jobs run its 'sless deps push'; empty refuses functions with dependencies")
 	fs.StringVar(&c.egress, "deps-egress", "", "comma-separated CIDR or CIDR:PORT deps Job pods may reach besides DNS and the index proxy (the registry, for their push step), for tenant NetworkPolicies")
+	fs.StringSliceVar(&c.clusterCIDRs, "cluster-cidr", nil, "a range of the cluster's pods, Services or nodes, in every address family it has (repeatable or comma-separated; find them with kubectl cluster-info dump | grep -m1 service-cluster-ip-range, the nodes' spec.podCIDRs and InternalIP addresses): tenant code never reaches them; without any, --egress-default=internet is not enforced and tenant code reaches only the cluster DNS and --egress-allow's destinations")
+	fs.StringSliceVar(&c.egressDeny, "egress-deny", nil, "a further range of the platform outside --cluster-cidr that tenant code must never reach (S3, PostgreSQL, a load balancer in front of the API or the registry); repeatable or comma-separated")
 	fs.BoolVar(&c.policyGate, "wait-for-network-policy", false, "start every pod of tenant code with --operator-image's 'sless policy-wait', so none of its code runs before its NetworkPolicy is in force (needs an enforcing NetworkPolicy implementation)")
 	fs.StringVar(&c.indexProxy, "index-proxy-listen", "", "serve the index proxy deps Jobs' installers go through (e.g. :3128, behind the sless-index-proxy Service); empty: installers reach the indexes directly")
 	fs.Var(c.runtimes, "runtime", "NAME=IMAGE@sha256:… (repeatable): runtime images by digest")
@@ -133,6 +142,25 @@ func (c *config) complete() error {
 		return errors.New("--registry-auth-dir (sless's registry) and --pull-secret-file (your own) exclude each other")
 	}
 	var err error
+	if c.tenantEgress.Install, err = c.egressOpt.Install(); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		in   []string
+		out  *[]netip.Prefix
+	}{{"cluster-cidr", c.clusterCIDRs, &c.tenantEgress.Cluster}, {"egress-deny", c.egressDeny, &c.tenantEgress.Deny}} {
+		for _, s := range f.in {
+			if s = strings.TrimSpace(s); s == "" {
+				continue // an empty ConfigMap value
+			}
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return fmt.Errorf("--%s %q: want a CIDR such as 10.96.0.0/12: %v", f.name, s, err)
+			}
+			*f.out = append(*f.out, p.Masked())
+		}
+	}
 	if c.metricsToken, err = c.metrics.Token(); err != nil {
 		return err
 	}

@@ -39,7 +39,13 @@ func start(ctx context.Context, cfg *config) error {
 		return err
 	}
 	tenant := resources.TenantConfig{OperatorNamespace: cfg.operatorNS, DockerConfigJSON: pull,
-		DepsEgress: splitList(cfg.egress), IndexProxyPort: cfg.proxyPort(), Quota: cfg.tenantQuota()}
+		DepsEgress: splitList(cfg.egress), IndexProxyPort: cfg.proxyPort(), Quota: cfg.tenantQuota(), Egress: cfg.tenantEgress}
+	if !tenant.Egress.Enforceable() {
+		// Opening "the outside" without knowing the cluster's ranges would open the cluster too.
+		logger.Warn("tenant egress: DNS and --egress-allow only, --egress-default=internet is not enforced: no --cluster-cidr names the cluster's pod, Service and node ranges")
+	} else {
+		logger.Info("tenant egress", "default", tenant.Egress.Install.Permitted("").Mode, "cluster", tenant.Egress.Cluster, "deny", tenant.Egress.Deny)
+	}
 	builds := build.NewMetrics()
 	var scaler *controllers.Scaler
 	if cfg.runsControllers() {

@@ -43,7 +43,7 @@ var allowed = map[string][]string{
 	"autoscale":               {"api/apiv1"},              // the scale decider of both backends: apiv1's ranges, else the standard library
 	"build":                   {"api/apiv1", "codestore", "deps", "fnlog", "layers", "oci", "runtimes"},
 	"operator/api/v1alpha1":   {"api/apiv1", "lifecycle"},
-	"operator/resources":      {"operator/api/v1alpha1", "runspec"},
+	"operator/resources":      {"api/apiv1", "operator/api/v1alpha1", "runspec"},
 	"operator/controllers":    {"activator", "api/apiv1", "autoscale", "build", "codestore", "deps", "fnlog", "lifecycle", "operator/api/v1alpha1", "operator/resources", "runspec"},
 	"operator/kubestore":      {"activator", "api/apiv1", "codestore", "fnlog", "lifecycle", "objects", "operator/api/v1alpha1", "operator/resources", "runspec"},
 	"operator/config":         {},
@@ -66,7 +66,7 @@ var allowed = map[string][]string{
 
 	"internal/faultproxy": {"internal/ports"}, // a fault-injecting reverse proxy for tests
 
-	"cmd/internal/options":         {"api", "api/auth", "autoscale"}, // the flag groups both servers register
+	"cmd/internal/options":         {"api", "api/apiv1", "api/auth", "autoscale", "runspec"}, // the flag groups both servers register
 	"cmd/sless":                    anything,
 	"cmd/sless-operator":           anything,
 	"cmd/terraform-provider-sless": {"provider"},

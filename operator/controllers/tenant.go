@@ -14,6 +14,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -105,6 +106,8 @@ const pullSecretHash = "sless.dev/pull-secret-sha256"
 // resources.TenantObjects says for tenant, writing only what differs, and returns the digest of
 // what it wrote (the value of resources.AnnotationProvisioned).
 func ProvisionTenant(ctx context.Context, c client.Client, ns *corev1.Namespace, tenant resources.TenantConfig) (string, error) {
+	// The namespace owner's egress rule, rendered within what the install permits.
+	tenant.EgressChoice = resources.EgressChoice(ns)
 	want, objs := resources.TenantObjects(ns.Name, tenant)
 	h := sha256.New()
 	labels := make([]string, 0, len(want.Labels))
@@ -150,8 +153,16 @@ func ProvisionTenant(ctx context.Context, c client.Client, ns *corev1.Namespace,
 			}, func(cur *corev1.LimitRange) { cur.Spec = o.Spec })
 		case *networkingv1.NetworkPolicy:
 			err = ensureObject(ctx, c, o, &networkingv1.NetworkPolicy{}, func(cur *networkingv1.NetworkPolicy) bool {
-				return equality.Semantic.DeepEqual(cur.Spec, o.Spec)
-			}, func(cur *networkingv1.NetworkPolicy) { cur.Spec = o.Spec })
+				return equality.Semantic.DeepEqual(cur.Spec, o.Spec) && cur.Annotations[resources.AnnotationEgressNote] == o.Annotations[resources.AnnotationEgressNote]
+			}, func(cur *networkingv1.NetworkPolicy) {
+				cur.Spec = o.Spec
+				// The note tells the tenant (and an admin) what holds instead of its egress rule.
+				if v, ok := o.Annotations[resources.AnnotationEgressNote]; ok {
+					metav1.SetMetaDataAnnotation(&cur.ObjectMeta, resources.AnnotationEgressNote, v)
+				} else {
+					delete(cur.Annotations, resources.AnnotationEgressNote)
+				}
+			})
 		default:
 			err = fmt.Errorf("controllers: no way to provision a %T", o)
 		}

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/sless-dev/sless/api/apiv1"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
 	"github.com/sless-dev/sless/runspec"
 )
@@ -29,6 +30,11 @@ type TenantConfig struct {
 	IndexProxyPort int32
 	// Quota is what the namespace may use at once; zero fields take DefaultTenantQuota's.
 	Quota TenantQuota
+	// Egress is what tenant code may reach beyond the cluster DNS (the NetworkPolicy sless-egress).
+	Egress TenantEgress
+	// EgressChoice is the namespace's own rule (EgressChoice of the Namespace), nil for none: set
+	// per namespace by whoever provisions it.
+	EgressChoice *apiv1.EgressRule
 }
 
 // TenantQuota bounds one tenant namespace: its ResourceQuota and the LimitRange that gives every
@@ -104,8 +110,9 @@ var (
 
 // TenantObjects are the objects of a tenant namespace: the namespace with pod-security
 // "restricted" enforced, a LimitRange, a ResourceQuota, NetworkPolicies (ingress only from the
-// operator's namespace; egress only DNS, plus the index and registry for role=deps pods) and the
-// registry pull secret every pod references.
+// operator's namespace; egress DNS, the namespace's egress rule for all but role=deps pods —
+// sless-egress — and the index and registry for role=deps pods) and the registry pull secret
+// every pod references.
 func TenantObjects(ns string, c TenantConfig) (*corev1.Namespace, []any) {
 	labels := map[string]string{
 		"pod-security.kubernetes.io/enforce": "restricted",
@@ -178,7 +185,7 @@ func TenantObjects(ns string, c TenantConfig) (*corev1.Namespace, []any) {
 	secret := &corev1.Secret{ObjectMeta: meta(PullSecret), Type: corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: c.pullSecret(ns)}}
 	// The LimitRange before the quota: a pod admitted under the new quota gets the new defaults.
-	return namespace, []any{limits, quota, defaultPolicy, depsPolicy, secret}
+	return namespace, []any{limits, quota, defaultPolicy, egressPolicy(ns, c, meta("sless-egress")), depsPolicy, secret}
 }
 
 func (c TenantConfig) pullSecret(ns string) []byte {
