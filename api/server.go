@@ -220,6 +220,8 @@ func (s *Server) routes() *mux.Router {
 	v1.Use(s.authenticate)
 	v1.HandleFunc("/ensure", s.ensureNamespace).Methods(http.MethodPost)
 	v1.HandleFunc("", s.deleteNamespace).Methods(http.MethodDelete)
+	v1.HandleFunc("/egress", s.getEgress).Methods(http.MethodGet)
+	v1.HandleFunc("/egress", s.putEgress).Methods(http.MethodPut)
 	k := s.kinds()
 	v1.HandleFunc("/functions", k.functions.list).Methods(http.MethodGet)
 	v1.HandleFunc("/functions", k.functions.create(s)).Methods(http.MethodPost)

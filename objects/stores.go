@@ -172,6 +172,8 @@ type Backend struct {
 	// that may lag the stores above by a moment but costs no round trip (the Kubernetes backend's
 	// informer cache). Nil: /fn/ reads the stores above.
 	Serving *ServingView
+	// Egress keeps the namespaces' egress rules (GET/PUT …/egress); nil answers 503 there.
+	Egress Egress
 }
 
 // ServingView is the read side /fn/ needs per request.

@@ -13,7 +13,10 @@
 # SLESS_DEPS_EGRESS, SLESS_DATABASE_URL (PostgreSQL for the invocation history; reachable from pods),
 # SLESS_FUNCTION_REGISTRY (host:port the platform pushes function images to and tenant pods pull
 # them from, if not the registry's own address: the e2e puts a fault-injecting proxy there, which
-# containerd must know as plain HTTP). Writes $K1N/sless.env (SLESS_ENDPOINT, REGISTRY, OPERATOR_IMAGE, RUNTIME_*)
+# containerd must know as plain HTTP), SLESS_CLUSTER_CIDRS (the cluster's pod, Service and node
+# ranges tenant code never reaches; default: this cluster's K1N_POD_CIDR, K1N_SVC_CIDR and node
+# address; set it empty for an install that names none), SLESS_EGRESS_DENY, SLESS_EGRESS_DEFAULT
+# (internet), SLESS_EGRESS_ALLOW ([NAMESPACE=]CIDR:PORT, comma-separated). Writes $K1N/sless.env (SLESS_ENDPOINT, REGISTRY, OPERATOR_IMAGE, RUNTIME_*)
 # and prints SLESS_ENDPOINT.
 . "$(dirname "$0")/common.sh"
 : "${SLESS_S3_ENDPOINT:?}" "${AWS_ACCESS_KEY_ID:?}" "${AWS_SECRET_ACCESS_KEY:?}" "${SLESS_JWT_PUBLIC_KEY:?}"
@@ -125,6 +128,10 @@ data:
   S3_ENDPOINT: "$SLESS_S3_ENDPOINT"
   S3_BUCKET: "${SLESS_S3_BUCKET:-sless-code}"
   DEPS_EGRESS: "${SLESS_DEPS_EGRESS:-$K1N_NODE_IP/32:${FNREG##*:}}"
+  CLUSTER_CIDRS: "${SLESS_CLUSTER_CIDRS-$K1N_POD_CIDR,$K1N_SVC_CIDR,$K1N_NODE_IP/32}"
+  EGRESS_DENY: "${SLESS_EGRESS_DENY:-}"
+  EGRESS_DEFAULT: "${SLESS_EGRESS_DEFAULT:-internet}"
+  EGRESS_ALLOW: "${SLESS_EGRESS_ALLOW:-}"
 YAML
 cat > "$OVERLAY/e2e/service.yaml" <<YAML
 apiVersion: v1

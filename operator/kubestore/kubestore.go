@@ -56,6 +56,7 @@ func New(c client.Client, opts ...Option) (objects.Backend, error) {
 		Resolver:    o.resolver,
 		Logs:        o.logs,
 		Scaler:      o.scaler,
+		Egress:      &egress{c: c, tenant: o.tenant},
 	}
 	if b.Invocations == nil {
 		b.Invocations = objects.NewInvocationRing(DefaultInvocationRing)
