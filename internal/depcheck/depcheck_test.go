@@ -61,7 +61,7 @@ var allowed = map[string][]string{
 	"internal/ports":    {},
 	"internal/testenv":  {"api/client", "internal/ports", "internal/regauth", "internal/registry", "layers", "local/podman"},
 	"internal/kubetest": {"internal/testenv", "operator/api/v1alpha1"},
-	"internal/k1n":      {"codestore", "internal/faultproxy", "internal/kubetest", "internal/regauth", "internal/testenv"},
+	"internal/k1n":      {"api/apiv1", "codestore", "internal/faultproxy", "internal/kubetest", "internal/regauth", "internal/testenv"},
 	"internal/depcheck": {},
 
 	"internal/faultproxy": {"internal/ports"}, // a fault-injecting reverse proxy for tests

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/faultproxy"
 	"github.com/sless-dev/sless/internal/kubetest"
@@ -33,6 +34,11 @@ import (
 
 // NodeIP is where pods reach the host (the cluster's bridge address, hack/k8s/common.sh).
 const NodeIP = "10.88.0.1"
+
+// EgressAllowedSubject is the tenant whose namespace the install allows to reach
+// Env.EgressAllowed (sless-operator --egress-allow NAMESPACE=CIDR:PORT): an in-cluster database's
+// stand-in, which no other namespace reaches.
+const EgressAllowedSubject = "egress-allowed@e2e.test"
 
 // Env is a running cluster with sless installed.
 type Env struct {
@@ -58,6 +64,9 @@ type Env struct {
 	NPMSecret    string               // NPM's and PIP's password, which only the operator (its index proxy) is given
 	// Postgres keeps the invocation history (on the bridge address; the API's DATABASE_URL).
 	Postgres *testenv.Postgres
+	// EgressAllowed is a server on the node address (port picked at run time) that the install
+	// lets EgressAllowedSubject's namespace reach, and only it: it answers 200 to anything.
+	EgressAllowed net.Listener
 	key      *rsa.PrivateKey
 	log      io.Writer
 	closers  []func()
@@ -172,6 +181,12 @@ func Start(log io.Writer) (_ *Env, err error) {
 	if err := os.WriteFile(filepath.Join(hosts, "hosts.toml"), []byte(toml), 0o644); err != nil {
 		return nil, err
 	}
+	if e.EgressAllowed, err = net.Listen("tcp", net.JoinHostPort(NodeIP, "0")); err != nil {
+		return nil, &MissingError{"a listener on the bridge address", err}
+	}
+	e.closers = append(e.closers, func() { e.EgressAllowed.Close() })
+	go http.Serve(e.EgressAllowed, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "allowed\n") }))
+	allowed := apiv1.NamespaceFor(EgressAllowedSubject) + "=" + NodeIP + "/32:" + fmt.Sprint(e.EgressAllowed.Addr().(*net.TCPAddr).Port)
 	e.key, _ = rsa.GenerateKey(rand.Reader, 2048)
 	der, _ := x509.MarshalPKIXPublicKey(&e.key.PublicKey)
 	pub := filepath.Join(tmp, "jwt.pem")
@@ -179,7 +194,7 @@ func Start(log io.Writer) (_ *Env, err error) {
 		return nil, err
 	}
 	out, err := e.script([]string{"SLESS_S3_ENDPOINT=" + s3.Endpoint, "SLESS_JWT_PUBLIC_KEY=" + pub, "SLESS_NPM_REGISTRY=" + npmURL, "SLESS_PIP_INDEX_URL=" + pipURL,
-		"SLESS_DATABASE_URL=" + e.Postgres.URL,
+		"SLESS_DATABASE_URL=" + e.Postgres.URL, "SLESS_EGRESS_ALLOW=" + allowed,
 		"SLESS_FUNCTION_REGISTRY=" + e.RegistryFaults.Addr(),
 		"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey}, "install-sless.sh")
 	if err != nil {

@@ -18,6 +18,16 @@ import (
 // never the real 169.254.169.254) served in it too and routed to it.
 type Outside struct {
 	URL, MetadataURL string
+	ns, hostIP       string
+}
+
+// RouteBack routes replies to prefix (a network whose traffic reaches the outside unmasqueraded,
+// as a test cluster's pods') back through the host.
+func (o *Outside) RouteBack(t testing.TB, prefix string) {
+	t.Helper()
+	if out, err := exec.Command("ip", "-n", o.ns, "route", "replace", prefix, "via", o.hostIP).CombinedOutput(); err != nil {
+		t.Fatalf("ip -n %s route replace %s: %v: %s", o.ns, prefix, err, out)
+	}
 }
 
 // StartOutside creates the namespace and its servers for the test's lifetime. It needs root and
@@ -59,7 +69,7 @@ func StartOutside(t testing.TB) *Outside {
 	// replace, not add: a run killed before its cleanup leaves the route, which would fail every later run.
 	run("route", "replace", metadata+"/32", "via", nsIP)
 	var serverLogs []*lockedBuffer
-	o := &Outside{URL: "http://" + nsIP + ":8000", MetadataURL: "http://" + metadata + ":8000"}
+	o := &Outside{URL: "http://" + nsIP + ":8000", MetadataURL: "http://" + metadata + ":8000", ns: ns, hostIP: hostIP}
 	for _, addr := range []string{nsIP, metadata} {
 		ctx, cancel := context.WithCancel(context.Background())
 		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "python3", "-m", "http.server", "--bind", addr, "8000", "--directory", t.TempDir())
