@@ -64,9 +64,10 @@ type Config struct {
 	IndexHosts []string
 	// Subnet is the instance's /24 for its networks (local/network); zero picks a free one.
 	Subnet netip.Prefix
-	// EgressAllow are destinations functions, jobs and cron runs may reach although they are
-	// not "the outside" (private ranges, a LAN database); installs never get them.
-	EgressAllow []network.Allow
+	// Egress is what functions, jobs and cron runs may reach: the default mode and the
+	// destinations beyond it (private ranges, a LAN database), for every namespace or one;
+	// installs never get them. A namespace's owner may narrow it (PUT …/egress).
+	Egress runspec.EgressInstall
 	// ConnRate and ConnMax cap each container's new connections per second and connections at
 	// once (zero: network.DefaultConnRate, DefaultConnMax).
 	ConnRate, ConnMax int
@@ -122,6 +123,7 @@ type Platform struct {
 	run      *runner.Runner
 	uids     *uidRanges
 	ctrl     *controller
+	egress   *egress
 
 	stopGuard context.CancelFunc
 	restored  *prometheus.CounterVec
@@ -168,6 +170,7 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 		return nil, err
 	}
 	p.db.SetMaxFunctions(cfg.Quota.Functions)
+	p.egress = &egress{p: p, choices: p.db.EgressChoices()}
 	fail := func(err error) (*Platform, error) { p.Close(); return nil, err }
 	key, err := state.LoadSecretKey(cmp.Or(cfg.SecretsKeyFile, filepath.Join(cfg.DataDir, "secrets.key")))
 	if err != nil {
@@ -195,8 +198,7 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 		return fail(err)
 	}
 	p.nets.OnRestore = p.confinementRestored
-	if err := p.nets.Confine(ctx, network.Policy{ProxyPort: p.proxyPort(), Allow: cfg.EgressAllow,
-		HostResolvers: true, ConnRate: cfg.ConnRate, ConnMax: cfg.ConnMax}); err != nil {
+	if err := p.confine(ctx); err != nil {
 		return fail(err)
 	}
 	guardCtx, stopGuard := context.WithCancel(context.Background())
@@ -216,6 +218,19 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	p.pm.GuardIDs(p.uids.guard)
 	p.run.SetLimits(runner.Limits{MemoryMB: cfg.Quota.MemoryMB, Runs: cfg.Quota.Runs})
 	p.run.SetAddresses(func(id string) (netip.Addr, bool) { return p.nets.Address(p.nets.Functions, id) })
+	// Each container's namespace is known to the chains by its MAC (local/network: egress.go),
+	// entered before the container exists; those of running containers again after a restart.
+	p.run.SetRegister(func(ctx context.Context, ns string) (string, error) {
+		mac := network.NewMAC()
+		return mac, p.nets.Register(ctx, ns, mac)
+	})
+	members, err := p.run.Registrations(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if err := p.nets.Sync(ctx, members); err != nil {
+		return fail(err)
+	}
 	if p.code, err = codestore.NewDir(filepath.Join(cfg.DataDir, "code")); err != nil {
 		return fail(err)
 	}
@@ -252,7 +267,7 @@ func (p *Platform) confinementRestored(r network.Restored) {
 func (p *Platform) Backend() objects.Backend {
 	return objects.Backend{Namespaces: &namespaces{Namespaces: p.db.Namespaces, p: p}, Functions: p.db.Functions, Triggers: p.db.Triggers,
 		Jobs: p.db.Jobs, Secrets: p.secrets, Invocations: p.db.Invocations, Code: p.code, Resolver: p.run, Instances: source{p.run, p.ctrl.scaler}, Scaler: p.ctrl.scaler,
-		Logs: p.run}
+		Logs: p.run, Egress: p.egress}
 }
 
 // source is the runner's instances, and the autoscaler's word on whether the quota stops a

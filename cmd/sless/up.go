@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,11 +23,13 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sless-dev/sless/api"
+	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/cmd/internal/options"
 	"github.com/sless-dev/sless/local"
 	"github.com/sless-dev/sless/local/network"
+	"github.com/sless-dev/sless/runspec"
 )
 
 func defaultDataDir() string {
@@ -58,8 +62,8 @@ type upConfig struct {
 	depsCA, subnetFlag                                    string
 	secretsKey                                            string
 	subnet                                                netip.Prefix
-	egressAllowFlags                                      []string
-	egressAllow                                           []network.Allow
+	egressOpt                                             options.Egress
+	egress                                                runspec.EgressInstall
 	runs, connRate, connMax                               int
 	guardEvery                                            time.Duration
 	testClock, quiet                                      bool
@@ -75,6 +79,7 @@ func (c *upConfig) addFlags(fs *pflag.FlagSet) {
 	c.indexes.AddFlags(fs)
 	c.metrics.AddFlags(fs)
 	c.quota.AddFlags(fs)
+	c.egressOpt.AddFlags(fs)
 
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir(), "where state, the registry and uploaded code live")
 	fs.StringVar(&c.regListen, "registry-listen", "127.0.0.1:5000", "embedded registry address")
@@ -84,7 +89,6 @@ func (c *upConfig) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.secretsKey, "secrets-key-file", "", "the key namespaces' secrets are encrypted with at rest (made on first use, mode 0600; default: secrets.key in --data-dir)")
 	fs.StringVar(&c.depsCA, "deps-ca-file", defaultCAFile(), "CA bundle for dependency installs ('' for the runtime image's own)")
 	fs.StringVar(&c.subnetFlag, "subnet", "", "the instance's IPv4 /24 for its own container networks (default: a free one in 10.89.0.0/16; never podman's 10.88.0.0/16)")
-	fs.StringArrayVar(&c.egressAllowFlags, "egress-allow", nil, "CIDR:PORT (or CIDR:*) functions, jobs and cron runs may reach although it is not the outside (a private range, a LAN database); repeatable")
 	fs.IntVar(&c.connRate, "egress-conn-rate", network.DefaultConnRate, "new connections per second one tenant container may open (burst twice that)")
 	fs.IntVar(&c.connMax, "egress-conn-max", network.DefaultConnMax, "connections one tenant container may have tracked at once")
 	fs.DurationVar(&c.guardEvery, "confinement-check-interval", 2*time.Second, "how often the network confinement (chains, jumps, br_netfilter, IPv6 off on the bridges) is checked and restored; a container start also checks it first")
@@ -110,12 +114,16 @@ func (c *upConfig) complete() error {
 		}
 		c.subnet = p
 	}
-	for _, f := range c.egressAllowFlags {
-		a, err := network.ParseAllow(f)
-		if err != nil {
-			return usageError{"--" + err.Error()}
+	var err error
+	if c.egress, err = c.egressOpt.Install(); err != nil {
+		return usageError{"--" + err.Error()}
+	}
+	for _, allows := range append([][]apiv1.EgressAllow{c.egress.Allow}, slices.Collect(maps.Values(c.egress.Namespaces))...) {
+		for _, a := range allows {
+			if !a.Prefix.Addr().Is4() {
+				return usageError{fmt.Sprintf("--egress-allow %s: only IPv4 ranges (containers have no IPv6)", a)}
+			}
 		}
-		c.egressAllow = append(c.egressAllow, a)
 	}
 	if c.guardEvery <= 0 {
 		return usageError{"--confinement-check-interval must be positive"}
@@ -201,7 +209,7 @@ func runUp(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error {
 	p, err := local.Open(ctx, local.Config{DataDir: c.dataDir, RegistryListen: c.regListen, PodmanRoot: c.podmanRoot,
 		BasesDir: c.basesDir, Clock: clock, Logger: logger, Progress: stderr,
 		PipIndexURL: c.indexes.PipIndexURL, NPMRegistry: c.indexes.NPMRegistry, DepsCAFile: c.depsCA, Subnet: c.subnet, IndexHosts: c.indexes.Hosts,
-		EgressAllow: c.egressAllow, ConnRate: c.connRate, ConnMax: c.connMax, GuardInterval: c.guardEvery,
+		Egress: c.egress, ConnRate: c.connRate, ConnMax: c.connMax, GuardInterval: c.guardEvery,
 		Quota: c.localQuota(), Autoscale: c.autoscale.DeciderOptions(), ObserveBuild: builds.Observe, SecretsKeyFile: c.secretsKey})
 	if err != nil {
 		return err

@@ -75,26 +75,56 @@ func (n *Networks) render(f family, p Policy, others []netip.Prefix, gen string)
 	for _, o := range others {
 		l = append(l, "-A "+deny+" -d "+o.String()+" -j DROP")
 	}
-	allow := func(dst netip.Prefix, port uint16) {
-		if port == 0 {
-			l = append(l, fmt.Sprintf("-A %s -d %s -j RETURN", deny, dst))
-			return
-		}
-		for _, proto := range []string{"tcp", "udp"} {
-			l = append(l, fmt.Sprintf("-A %s -d %s -p %s -m %s --dport %d -j RETURN", deny, dst, proto, proto, port))
-		}
-	}
+	allow := func(dst netip.Prefix, port uint16) { allowTo(&l, deny, dst, port) }
 	for _, ns := range p.Nameservers {
 		allow(netip.PrefixFrom(ns, 32), 53)
+	}
+	// Functions, jobs and cron runs by namespace (egress.go): a container the runner did not
+	// register reaches nothing; one of a namespace with a rule of its own goes to its chain,
+	// falling off which (-g) returns past this one.
+	fn := n.Functions.Subnet.String()
+	l = append(l, "-A "+deny+" -s "+fn+" -m set ! --match-set "+n.registeredSet()+" src -j DROP")
+	var nsChains []string
+	for i, ns := range sortedNamespaces(p) {
+		c := fmt.Sprintf("%s-N%d", caps, i)
+		nsChains = append(nsChains, ":"+c+" - [0:0]")
+		l = append(l, "-A "+deny+" -s "+fn+" -m set --match-set "+n.namespaceSet(ns)+" src -g "+c)
+		rule := p.Namespaces[ns]
+		deny := c // allow() appends to the namespace's chain
+		for _, a := range rule.Allow {
+			allowTo(&l, deny, a.Prefix, a.Port)
+		}
+		if rule.None {
+			l = append(l, "-A "+c+" -j DROP")
+			continue
+		}
+		for _, d := range Denied {
+			l = append(l, "-A "+c+" -d "+d.String()+" -j DROP")
+		}
 	}
 	for _, a := range p.Allow {
 		allow(a.Prefix, a.Port)
 	}
+	if p.None {
+		l = append(l, "-A "+deny+" -s "+fn+" -j DROP")
+	}
 	for _, d := range Denied {
 		l = append(l, "-A "+deny+" -d "+d.String()+" -j DROP")
 	}
+	l = append(nsChains, l...)
 	s := n.subnet.String()
 	return append(l, "-I PREROUTING 1 -s "+s+" -j "+caps, "-I FORWARD 1 -s "+s+" -j "+deny, "-I INPUT 1 -s "+s+" -j "+deny)
+}
+
+// allowTo appends to l the rules of chain that let dst (on port, 0: any) pass.
+func allowTo(l *[]string, chain string, dst netip.Prefix, port uint16) {
+	if port == 0 {
+		*l = append(*l, fmt.Sprintf("-A %s -d %s -j RETURN", chain, dst))
+		return
+	}
+	for _, proto := range []string{"tcp", "udp"} {
+		*l = append(*l, fmt.Sprintf("-A %s -d %s -p %s -m %s --dport %d -j RETURN", chain, dst, proto, proto, port))
+	}
 }
 
 // table is what iptables-save shows of the instance in the mangle table.
@@ -136,6 +166,11 @@ func (n *Networks) switchTo(ctx context.Context, f family, cur table, p Policy, 
 	if cur.gen == "A" {
 		gen = "B"
 	}
+	if !f.v6 {
+		if err := n.ensureSets(ctx, p); err != nil {
+			return err
+		}
+	}
 	var b strings.Builder
 	b.WriteString("*mangle\n")
 	for _, l := range n.render(f, p, others, gen) {
@@ -151,7 +186,7 @@ func (n *Networks) switchTo(ctx context.Context, f family, cur table, p Policy, 
 	keep := n.chain + "-" + gen
 	var old []string
 	for _, c := range cur.chains {
-		if c != keep && c != keep+"-D" {
+		if c != keep && !strings.HasPrefix(c, keep+"-") {
 			old = append(old, c)
 		}
 	}

@@ -267,6 +267,7 @@ func (n *Networks) Remove(ctx context.Context) error {
 	for _, f := range n.families() {
 		errs = append(errs, n.removeChains(ctx, f))
 	}
+	errs = append(errs, n.destroySets(ctx)) // once no chain names them
 	for _, net := range []Net{n.Functions, n.Deps} {
 		if run(ctx, "ip", "link", "show", net.Bridge) == nil {
 			errs = append(errs, run(ctx, "ip", "link", "del", net.Bridge))

@@ -20,6 +20,12 @@ type Policy struct {
 	// Allow are the admin's exceptions to the denied ranges (--egress-allow), for functions,
 	// jobs and cron runs; installs never get them.
 	Allow []Allow
+	// None keeps functions, jobs and cron runs from the outside: they reach DNS and Allow only
+	// (--egress-default=none).
+	None bool
+	// Namespaces are the rules of the namespaces whose rule is not the default (None, Allow):
+	// their containers (Register) get it instead.
+	Namespaces map[string]NamespaceRule
 	// Nameservers are resolvers port 53 of which is allowed; HostResolvers adds the ones podman
 	// gives containers (HostNameservers, read again at every check), or a LAN or cloud resolver
 	// (10.0.0.2, 192.168.1.1) would leave functions without DNS.

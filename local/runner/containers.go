@@ -185,7 +185,11 @@ func (r *Runner) start(ctx context.Context, f Function, cname string, first bool
 		return err
 	}
 	spec, err := r.functionSpec(f, cname)
+	if err == nil {
+		err = r.identify(ctx, &spec, f.Namespace)
+	}
 	if err != nil {
+		os.RemoveAll(r.envDir(cname))
 		r.ledger.release(cname)
 		return err
 	}

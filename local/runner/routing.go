@@ -237,6 +237,9 @@ func (r *Runner) PrepareSpare(ctx context.Context, ns, name string) error {
 	f := p.fn
 	r.mu.Unlock()
 	spec, err := r.functionSpec(f, cname)
+	if err == nil {
+		err = r.identify(ctx, &spec, f.Namespace)
+	}
 	var id string
 	if err == nil {
 		if id, err = r.pm.Create(ctx, spec); err != nil && strings.Contains(err.Error(), "already in use") {

@@ -42,6 +42,8 @@ type Runner struct {
 	// would take a new container of that name).
 	stopping map[string]int
 	lookup   func(id string) (netip.Addr, bool)
+	// register enters a new container's MAC under its namespace (SetRegister); nil: none.
+	register func(ctx context.Context, ns string) (string, error)
 
 	ledger *ledger // what each namespace's containers take, against its Limits
 

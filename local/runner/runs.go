@@ -66,6 +66,11 @@ func (r *Runner) RunOnce(ctx context.Context, run Run) Outcome {
 	spec := podman.Spec{Name: run.Container, Image: run.Function.Image, Labels: labels, Env: env, Detach: true,
 		MemoryMB: run.Function.MemoryMB, Volumes: append([]string{resultDir + ":/run/sless"}, volumes...), Confined: true, Network: r.network,
 		IDBase: run.Function.IDBase, Flags: logCapFlags()}
+	if err := r.identify(ctx, &spec, run.Function.Namespace); err != nil {
+		os.RemoveAll(r.envDir(run.Container))
+		r.ledger.release(run.Container)
+		return Outcome{Message: err.Error()}
+	}
 	if _, err := r.pm.Start(context.WithoutCancel(ctx), spec); err != nil {
 		r.dropEnv(run.Container)
 		r.ledger.release(run.Container)

@@ -396,6 +396,9 @@ func (n *Namespaces) Delete(_ context.Context, ns string) error {
 				return err
 			}
 		}
+		if err := deleteEgress(tx, ns); err != nil {
+			return err
+		}
 		return tx.Bucket(bucketNamespaces).Delete([]byte(ns))
 	})
 }
