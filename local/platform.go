@@ -220,13 +220,17 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 	p.run.SetAddresses(func(id string) (netip.Addr, bool) { return p.nets.Address(p.nets.Functions, id) })
 	// Each container's namespace is known to the chains by its MAC (local/network: egress.go),
 	// entered before the container exists; those of running containers again after a restart.
-	p.run.SetRegister(func(ctx context.Context, ns string) (string, error) {
+	p.run.SetRegister(func(ctx context.Context, ns, name string) (string, error) {
 		mac := network.NewMAC()
-		return mac, p.nets.Register(ctx, ns, mac)
-	})
-	members, err := p.run.Registrations(ctx)
+		return mac, p.nets.Register(ctx, name, ns, mac)
+	}, p.nets.Unregister)
+	regs, err := p.run.Registrations(ctx)
 	if err != nil {
 		return fail(err)
+	}
+	members := map[string]network.Member{}
+	for name, r := range regs {
+		members[name] = network.Member{MAC: r.MAC, Namespace: r.Namespace}
 	}
 	if err := p.nets.Sync(ctx, members); err != nil {
 		return fail(err)

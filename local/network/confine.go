@@ -79,37 +79,54 @@ func (n *Networks) render(f family, p Policy, others []netip.Prefix, gen string)
 	for _, ns := range p.Nameservers {
 		allow(netip.PrefixFrom(ns, 32), 53)
 	}
-	// Functions, jobs and cron runs by namespace (egress.go): a container the runner did not
-	// register reaches nothing; one of a namespace with a rule of its own goes to its chain,
-	// falling off which (-g) returns past this one.
+	// Functions, jobs and cron runs by container (egress.go): each registered one goes to its
+	// namespace's chain, or the default's, and returns past this chain when it falls off it (-g);
+	// one the runner did not register reaches nothing.
 	fn := n.Functions.Subnet.String()
-	l = append(l, "-A "+deny+" -s "+fn+" -m set ! --match-set "+n.registeredSet()+" src -j DROP")
-	var nsChains []string
+	def := caps + "-N"
+	nsChains := []string{":" + def + " - [0:0]"}
+	chainOf := map[string]string{}
+	rules := map[string][]string{}
 	for i, ns := range sortedNamespaces(p) {
 		c := fmt.Sprintf("%s-N%d", caps, i)
+		chainOf[ns] = c
 		nsChains = append(nsChains, ":"+c+" - [0:0]")
-		l = append(l, "-A "+deny+" -s "+fn+" -m set --match-set "+n.namespaceSet(ns)+" src -g "+c)
 		rule := p.Namespaces[ns]
-		deny := c // allow() appends to the namespace's chain
+		var r []string
 		for _, a := range rule.Allow {
-			allowTo(&l, deny, a.Prefix, a.Port)
+			allowTo(&r, c, a.Prefix, a.Port)
 		}
 		if rule.None {
-			l = append(l, "-A "+c+" -j DROP")
-			continue
+			r = append(r, "-A "+c+" -j DROP")
+		} else {
+			for _, d := range Denied {
+				r = append(r, "-A "+c+" -d "+d.String()+" -j DROP")
+			}
 		}
-		for _, d := range Denied {
-			l = append(l, "-A "+c+" -d "+d.String()+" -j DROP")
-		}
+		rules[c] = r
 	}
+	for _, m := range n.sortedMembers() {
+		c, ok := chainOf[m.Namespace]
+		if !ok {
+			c = def
+		}
+		l = append(l, "-A "+deny+" -s "+fn+" -m mac --mac-source "+strings.ToUpper(m.MAC)+" -g "+c)
+	}
+	l = append(l, "-A "+deny+" -s "+fn+" -j DROP")
+	var d []string
 	for _, a := range p.Allow {
-		allow(a.Prefix, a.Port)
+		allowTo(&d, def, a.Prefix, a.Port)
 	}
 	if p.None {
-		l = append(l, "-A "+deny+" -s "+fn+" -j DROP")
+		d = append(d, "-A "+def+" -j DROP")
+	} else {
+		for _, den := range Denied {
+			d = append(d, "-A "+def+" -d "+den.String()+" -j DROP")
+		}
 	}
-	for _, d := range Denied {
-		l = append(l, "-A "+deny+" -d "+d.String()+" -j DROP")
+	l = append(l, d...)
+	for _, ns := range sortedNamespaces(p) {
+		l = append(l, rules[chainOf[ns]]...)
 	}
 	l = append(nsChains, l...)
 	s := n.subnet.String()
@@ -165,11 +182,6 @@ func (n *Networks) switchTo(ctx context.Context, f family, cur table, p Policy, 
 	gen := "A"
 	if cur.gen == "A" {
 		gen = "B"
-	}
-	if !f.v6 {
-		if err := n.ensureSets(ctx, p); err != nil {
-			return err
-		}
 	}
 	var b strings.Builder
 	b.WriteString("*mangle\n")

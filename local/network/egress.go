@@ -3,21 +3,18 @@ package network
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net"
-	"os/exec"
 	"slices"
 	"sort"
-	"strings"
 )
 
 // Per-namespace egress. A container's namespace is known by its MAC address, chosen by the runner
-// before the container exists (podman --mac-address) and put into the namespace's ipset (hash:mac)
-// before it starts, so no container runs a moment under another namespace's rule or none. Tenant
-// code holds no capability: it cannot change its MAC. A container whose MAC is in no set of the
-// instance (one podman started by hand on the bridge) reaches nothing.
+// before the container exists (podman --mac-address) and written into the chains (a rule per
+// container, -m mac) before it starts, so no container runs a moment under another namespace's
+// rule or none. Tenant code holds no capability: it cannot change its MAC. A container the runner
+// did not register (one podman started by hand on the bridge) reaches nothing. (This kernel has no
+// hash:mac ipset; the rules are few: one per container of the instance.)
 
 // NamespaceRule is one namespace's egress where it differs from the Policy's default: the outside
 // or nothing (None), and the destinations beyond it.
@@ -26,24 +23,8 @@ type NamespaceRule struct {
 	Allow []Allow
 }
 
-// setMaxElem bounds each set: every container start adds a MAC (removed when sless up restarts,
-// Sync), far above what one instance starts between restarts.
-const setMaxElem = 1 << 20
-
-// setPrefix starts the names of the instance's ipsets (at most 31 characters each).
-func (n *Networks) setPrefix() string {
-	id := strings.ToLower(n.chain[len("SLESS-"):])
-	return "sl" + id[:min(10, len(id))] + "-"
-}
-
-// registeredSet holds the MAC of every container the runner registered.
-func (n *Networks) registeredSet() string { return n.setPrefix() + "all" }
-
-// namespaceSet holds the MACs of namespace ns's containers.
-func (n *Networks) namespaceSet(ns string) string {
-	sum := sha256.Sum256([]byte(ns))
-	return n.setPrefix() + hex.EncodeToString(sum[:5])
-}
+// Member is one registered container: its MAC address and namespace.
+type Member struct{ MAC, Namespace string }
 
 // NewMAC is a random locally administered unicast address for a container.
 func NewMAC() string {
@@ -53,118 +34,52 @@ func NewMAC() string {
 	return net.HardwareAddr(b).String()
 }
 
-func ipset(ctx context.Context, args ...string) error {
-	out, err := exec.CommandContext(ctx, "ipset", args...).CombinedOutput()
+// Register enters container name (of namespace ns, with MAC mac) into the chains; the container
+// must not start before it returns nil.
+func (n *Networks) Register(ctx context.Context, name, ns, mac string) error {
+	hw, err := net.ParseMAC(mac)
 	if err != nil {
-		return fmt.Errorf("ipset %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-func createSet(ctx context.Context, name string) error {
-	return ipset(ctx, "create", name, "hash:mac", "maxelem", fmt.Sprint(setMaxElem), "-exist")
-}
-
-// Register puts a container's MAC (NewMAC) into namespace ns's set; the container must not start
-// before it returns nil.
-func (n *Networks) Register(ctx context.Context, ns, mac string) error {
-	if _, err := net.ParseMAC(mac); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
-	for _, s := range []string{n.namespaceSet(ns), n.registeredSet()} {
-		if err := createSet(ctx, s); err != nil {
-			return err
+	n.amu.Lock()
+	defer n.amu.Unlock()
+	if n.members == nil {
+		n.members = map[string]Member{}
+	}
+	prev, had := n.members[name]
+	n.members[name] = Member{MAC: hw.String(), Namespace: ns}
+	if err := n.assertLocked(ctx); err != nil {
+		if had {
+			n.members[name] = prev
+		} else {
+			delete(n.members, name)
 		}
-		if err := ipset(ctx, "add", s, mac, "-exist"); err != nil {
-			return err
-		}
+		return err
 	}
 	return nil
 }
 
-// Sync makes the instance's sets hold exactly members (MAC → namespace: the containers that exist),
-// each set swapped in whole: what a Register added meanwhile is kept.
-func (n *Networks) Sync(ctx context.Context, members map[string]string) error {
-	byNS := map[string][]string{}
-	var all []string
-	for mac, ns := range members {
-		byNS[n.namespaceSet(ns)] = append(byNS[n.namespaceSet(ns)], mac)
-		all = append(all, mac)
-	}
-	byNS[n.registeredSet()] = all
-	out, err := exec.CommandContext(ctx, "ipset", "list", "-n").Output()
-	if err != nil {
-		return fmt.Errorf("ipset list: %w", err)
-	}
-	for _, s := range strings.Fields(string(out)) {
-		if strings.HasPrefix(s, n.setPrefix()) && !strings.HasSuffix(s, "-t") {
-			if _, ok := byNS[s]; !ok {
-				byNS[s] = nil // a namespace without containers now: emptied, kept (a chain may name it)
-			}
-		}
-	}
-	names := make([]string, 0, len(byNS))
-	for s := range byNS {
-		names = append(names, s)
-	}
-	sort.Strings(names)
-	for _, s := range names {
-		tmp := s + "-t"
-		var b strings.Builder
-		fmt.Fprintf(&b, "create %s hash:mac maxelem %d -exist\nflush %s\n", tmp, setMaxElem, tmp)
-		for _, mac := range byNS[s] {
-			fmt.Fprintf(&b, "add %s %s -exist\n", tmp, mac)
-		}
-		cmd := exec.CommandContext(ctx, "ipset", "restore")
-		cmd.Stdin = strings.NewReader(b.String())
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("ipset restore: %w: %s", err, out)
-		}
-		if err := createSet(ctx, s); err != nil {
-			return err
-		}
-		if err := ipset(ctx, "swap", tmp, s); err != nil {
-			return err
-		}
-		if err := ipset(ctx, "destroy", tmp); err != nil {
-			return err
-		}
-	}
-	return nil
+// Unregister forgets container name (removed): its rule goes with the next change of the chains.
+func (n *Networks) Unregister(name string) {
+	n.amu.Lock()
+	delete(n.members, name)
+	n.amu.Unlock()
 }
 
-// ensureSets creates the sets the chains of p name.
-func (n *Networks) ensureSets(ctx context.Context, p Policy) error {
-	names := []string{n.registeredSet()}
-	for ns := range p.Namespaces {
-		names = append(names, n.namespaceSet(ns))
-	}
-	for _, s := range names {
-		if err := createSet(ctx, s); err != nil {
-			return err
+// Sync makes the registered containers exactly members (by container name: those that exist,
+// after a restart) and installs the chains for them.
+func (n *Networks) Sync(ctx context.Context, members map[string]Member) error {
+	n.amu.Lock()
+	defer n.amu.Unlock()
+	n.members = map[string]Member{}
+	for name, m := range members {
+		hw, err := net.ParseMAC(m.MAC)
+		if err != nil {
+			continue
 		}
+		n.members[name] = Member{MAC: hw.String(), Namespace: m.Namespace}
 	}
-	return nil
-}
-
-// destroySets removes the instance's sets (after its chains, which name them).
-func (n *Networks) destroySets(ctx context.Context) error {
-	out, err := exec.CommandContext(ctx, "ipset", "list", "-n").Output()
-	if err != nil {
-		return nil // no ipset: nothing of ours
-	}
-	var errs []string
-	for _, s := range strings.Fields(string(out)) {
-		if strings.HasPrefix(s, n.setPrefix()) {
-			if err := ipset(ctx, "destroy", s); err != nil {
-				errs = append(errs, err.Error())
-			}
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("network: %s", strings.Join(errs, "; "))
-	}
-	return nil
+	return n.assertLocked(ctx)
 }
 
 // sortedNamespaces are p's namespaces in a fixed order (the rendering is compared as text).
@@ -174,5 +89,19 @@ func sortedNamespaces(p Policy) []string {
 		out = append(out, ns)
 	}
 	slices.Sort(out)
+	return out
+}
+
+// sortedMembers are the registered containers by name.
+func (n *Networks) sortedMembers() []Member {
+	names := make([]string, 0, len(n.members))
+	for name := range n.members {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	out := make([]Member, 0, len(names))
+	for _, name := range names {
+		out = append(out, n.members[name])
+	}
 	return out
 }

@@ -45,6 +45,7 @@ type Networks struct {
 	// forgotten.
 	forgetPending bool
 	policy        Policy
+	members       map[string]Member // registered containers by name (egress.go)
 	applied       [2][]string // what iptables-save, ip6tables-save showed of the instance after the last switch
 	wanted        [2]string   // what was rendered for it
 	gmu           sync.Mutex
@@ -267,7 +268,6 @@ func (n *Networks) Remove(ctx context.Context) error {
 	for _, f := range n.families() {
 		errs = append(errs, n.removeChains(ctx, f))
 	}
-	errs = append(errs, n.destroySets(ctx)) // once no chain names them
 	for _, net := range []Net{n.Functions, n.Deps} {
 		if run(ctx, "ip", "link", "show", net.Bridge) == nil {
 			errs = append(errs, run(ctx, "ip", "link", "del", net.Bridge))

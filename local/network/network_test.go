@@ -108,8 +108,8 @@ func TestConfineSwitchesAtomically(t *testing.T) {
 		}
 		tb, _ := n.read(ctx, ipv4)
 		gens[tb.gen] = true
-		if len(tb.chains) != 2 {
-			t.Errorf("chains after a switch: %v, want one generation's two", tb.chains)
+		if len(tb.chains) != 3 {
+			t.Errorf("chains after a switch: %v, want one generation's three (caps, deny, the default egress rule)", tb.chains)
 		}
 	}
 	close(stop)
@@ -168,7 +168,7 @@ func TestEnsureRestores(t *testing.T) {
 		}},
 		{"iptables", func(t *testing.T) { // a rule of the chain removed
 			tb, _ := n.read(ctx, ipv4)
-			testenv.MustRun(t, "iptables", "-w", "-t", "mangle", "-D", n.chain+"-"+tb.gen+"-D", "-d", "10.0.0.0/8", "-j", "DROP")
+			testenv.MustRun(t, "iptables", "-w", "-t", "mangle", "-D", n.chain+"-"+tb.gen+"-N", "-d", "10.0.0.0/8", "-j", "DROP")
 		}},
 		{"ip6tables", func(t *testing.T) {
 			tb, _ := n.read(ctx, ipv6)
@@ -267,6 +267,36 @@ func TestRenderOrder(t *testing.T) {
 	if !(proxy < deps && deps < local && local < bridge && bridge < allow && bridge < dns && allow < private && dns < private) {
 		t.Errorf("order: proxy %d, installs' drop %d, host %d, other bridge %d, allow %d, resolver %d, private ranges %d\n%s",
 			proxy, deps, local, bridge, allow, dns, private, strings.Join(rules, "\n"))
+	}
+}
+
+// Per-namespace egress: a registered container goes to its namespace's chain (or the default's),
+// one not registered is dropped, and the namespaces' rules are theirs alone.
+func TestRenderNamespaces(t *testing.T) {
+	n, err := Plan("0123456789ab", t.TempDir(), netip.MustParsePrefix("10.89.250.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.members = map[string]Member{"a": {MAC: "02:00:00:00:00:0a", Namespace: "ns-a"}, "b": {MAC: "02:00:00:00:00:0b", Namespace: "ns-b"}}
+	p := Policy{Allow: []Allow{{netip.MustParsePrefix("192.168.1.0/24"), 0}},
+		Namespaces: map[string]NamespaceRule{"ns-b": {None: true, Allow: []Allow{{netip.MustParsePrefix("10.1.2.3/32"), 5432}}}}}
+	got := strings.Join(n.render(ipv4, p, nil, "A"), "\n")
+	for _, want := range []string{
+		"-A SLESS-0123456789AB-A-D -s 10.89.250.0/25 -m mac --mac-source 02:00:00:00:00:0A -g SLESS-0123456789AB-A-N\n" +
+			"-A SLESS-0123456789AB-A-D -s 10.89.250.0/25 -m mac --mac-source 02:00:00:00:00:0B -g SLESS-0123456789AB-A-N0\n" +
+			"-A SLESS-0123456789AB-A-D -s 10.89.250.0/25 -j DROP\n" +
+			"-A SLESS-0123456789AB-A-N -d 192.168.1.0/24 -j RETURN\n",
+		"-A SLESS-0123456789AB-A-N -d 10.0.0.0/8 -j DROP",
+		"-A SLESS-0123456789AB-A-N0 -d 10.1.2.3/32 -p tcp -m tcp --dport 5432 -j RETURN\n" +
+			"-A SLESS-0123456789AB-A-N0 -d 10.1.2.3/32 -p udp -m udp --dport 5432 -j RETURN\n" +
+			"-A SLESS-0123456789AB-A-N0 -j DROP",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no\n%s\nin\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "-A SLESS-0123456789AB-A-N0 -d 192.168.1.0/24") {
+		t.Errorf("the default's allow is in a namespace's own rule:\n%s", got)
 	}
 }
 

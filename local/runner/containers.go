@@ -127,6 +127,9 @@ func (r *Runner) marked(name string) {
 // any, is the new one's).
 func (r *Runner) clear(ctx context.Context, name string, grace int) error {
 	err := r.pm.Remove(ctx, name, grace)
+	if r.unregister != nil && err == nil {
+		r.unregister(name)
+	}
 	r.dropEnv(name)
 	r.stoppedLog(name)
 	return err

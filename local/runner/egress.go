@@ -15,18 +15,22 @@ import (
 const labelMAC = "sless.dev/mac"
 
 // SetRegister makes every function, job and cron container get a MAC address of its own, which
-// register(ctx, ns) chooses and enters under the container's namespace before the container is
-// created: the namespace's egress rule holds from its first packet. The default registers nothing.
-func (r *Runner) SetRegister(register func(ctx context.Context, ns string) (mac string, err error)) {
-	r.register = register
+// register(ctx, ns, name) chooses and enters under the container's namespace before the container
+// is created (the namespace's egress rule holds from its first packet); unregister(name) hears
+// that it was removed. The default registers nothing.
+func (r *Runner) SetRegister(register func(ctx context.Context, ns, name string) (mac string, err error), unregister func(name string)) {
+	r.register, r.unregister = register, unregister
 }
+
+// Registration is a container's MAC address and namespace.
+type Registration struct{ MAC, Namespace string }
 
 // identify gives spec (of a container of namespace ns on the instance's network) its registered MAC.
 func (r *Runner) identify(ctx context.Context, spec *podman.Spec, ns string) error {
 	if r.register == nil || spec.Network != r.network {
 		return nil
 	}
-	mac, err := r.register(ctx, ns)
+	mac, err := r.register(ctx, ns, spec.Name)
 	if err != nil {
 		return fmt.Errorf("registering the container's address for its namespace's egress rule: %w", err)
 	}
@@ -36,14 +40,14 @@ func (r *Runner) identify(ctx context.Context, spec *podman.Spec, ns string) err
 }
 
 // Registrations are the MAC address and namespace of each of the instance's containers on its
-// network (MAC → namespace), for the network's sets after a restart (local/network.Sync). A
-// container an earlier sless up started without one is asked for the MAC podman gave it.
-func (r *Runner) Registrations(ctx context.Context) (map[string]string, error) {
+// network, by name, for the chains after a restart (local/network.Sync). A container an earlier
+// sless up started without one is asked for the MAC podman gave it.
+func (r *Runner) Registrations(ctx context.Context) (map[string]Registration, error) {
 	cs, err := r.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
+	out := map[string]Registration{}
 	for _, c := range cs {
 		ns := c.Labels[runspec.LabelNamespace]
 		if ns == "" || !slices.Contains(c.Networks, r.network) {
@@ -58,7 +62,7 @@ func (r *Runner) Registrations(ctx context.Context) (map[string]string, error) {
 			mac = strings.TrimSpace(o)
 		}
 		if mac != "" {
-			out[strings.ToLower(mac)] = ns
+			out[c.Name] = Registration{MAC: strings.ToLower(mac), Namespace: ns}
 		}
 	}
 	return out, nil

@@ -43,7 +43,8 @@ type Runner struct {
 	stopping map[string]int
 	lookup   func(id string) (netip.Addr, bool)
 	// register enters a new container's MAC under its namespace (SetRegister); nil: none.
-	register func(ctx context.Context, ns string) (string, error)
+	register   func(ctx context.Context, ns, name string) (string, error)
+	unregister func(name string)
 
 	ledger *ledger // what each namespace's containers take, against its Limits
 
