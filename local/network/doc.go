@@ -7,7 +7,8 @@
 // judged before and after DNAT; installs reach nothing but the index proxy at their gateway),
 // capped per container; each function, job and cron container's namespace rule (the outside or
 // nothing, and allowed destinations), known by the MAC address the runner registers before the
-// container exists, and nothing for a container it did not register; the ip6tables chain that drops all IPv6 from the bridges; switching to a
-// new generation of the chains in one transaction; and Ensure, which checks all of it and puts
-// back what is missing before every container start and every few seconds.
+// container exists, and nothing for a container it did not register; the ip6tables chain that
+// drops all IPv6 from the bridges; switching to a new generation of the chains in one
+// transaction; and Ensure, which checks all of it and puts back what is missing before every
+// container start and every few seconds.
 package network

@@ -46,8 +46,8 @@ type Networks struct {
 	forgetPending bool
 	policy        Policy
 	members       map[string]Member // registered containers by name (egress.go)
-	applied       [2][]string // what iptables-save, ip6tables-save showed of the instance after the last switch
-	wanted        [2]string   // what was rendered for it
+	applied       [2][]string       // what iptables-save, ip6tables-save showed of the instance after the last switch
+	wanted        [2]string         // what was rendered for it
 	gmu           sync.Mutex
 	pending       *flight // the next check, not yet started: callers of Ensure join it
 }
