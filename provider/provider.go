@@ -113,7 +113,7 @@ func checkToken(ctx context.Context, endpoint, token string) error {
 }
 
 func (p *slessProvider) Resources(context.Context) []func() resource.Resource {
-	return []func() resource.Resource{NewFunctionResource, NewTriggerResource, NewJobResource, NewSecretResource}
+	return []func() resource.Resource{NewFunctionResource, NewTriggerResource, NewJobResource, NewSecretResource, NewEgressResource}
 }
 
 func (p *slessProvider) DataSources(context.Context) []func() datasource.DataSource {
