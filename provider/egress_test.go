@@ -58,6 +58,8 @@ func TestAccNamespaceEgress(t *testing.T) {
 			{ResourceName: "sless_namespace_egress.e", ImportState: true, ImportStateId: u.Client.Namespace(), ImportStateVerify: true},
 			{Config: config("none", `"10.0.6.1/32:5432"`), ExpectError: regexp.MustCompile(`10\.0\.6\.1/32:5432`)},
 			{Config: config("none", `"10.0.5.7/24:5432"`), ExpectError: regexp.MustCompile(`write 10\.0\.5\.7/24:5432 as 10\.0\.5\.0/24:5432`)},
+			// The refusals changed nothing; the destroy after the last step plans from this config.
+			{Config: config("internet", ""), Check: rule(apiv1.EgressInternet, "[]")},
 		},
 	})
 }
