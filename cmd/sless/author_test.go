@@ -479,6 +479,22 @@ func TestAuthorCLI(t *testing.T) {
 		c.fails([]string{"triggers", "enable", "nope"}, "not_found")
 	})
 
+	t.Run("egress", func(t *testing.T) {
+		if r := c.ok("egress", "get"); !strings.Contains(r.stdout, "namespace") || !strings.Contains(r.stdout, "internet") {
+			t.Errorf("get:\n%s", r.stdout)
+		}
+		c.fails([]string{"egress", "set", "--mode", "none", "--allow", "10.0.5.7"}, `egress allow "10.0.5.7"`)
+		c.fails([]string{"egress", "set", "--mode", "none", "--allow", "10.0.5.7/32:5432"}, "invalid_argument", `"10.0.5.7/32:5432" widens`)
+		var eg apiv1.Egress
+		if err := json.Unmarshal([]byte(c.ok("egress", "set", "--mode", "none", "-o", "json").stdout), &eg); err != nil || eg.Mode != apiv1.EgressNone {
+			t.Errorf("set --mode none: %+v %v", eg, err)
+		}
+		if got, err := u.Client.GetEgress(ctx); err != nil || got.Mode != apiv1.EgressNone {
+			t.Errorf("the server's rule after set: %+v %v", got, err)
+		}
+		c.ok("egress", "set", "--mode", "internet")
+	})
+
 	t.Run("jobs run", func(t *testing.T) {
 		r := c.ok("jobs", "run", "sum", "--function", "hello", "--event", `{"input":[1,2,3]}`)
 		if !strings.Contains(r.stdout, `"sum": 6`) {
