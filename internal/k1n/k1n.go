@@ -67,9 +67,9 @@ type Env struct {
 	// EgressAllowed is a server on the node address (port picked at run time) that the install
 	// lets EgressAllowedSubject's namespace reach, and only it: it answers 200 to anything.
 	EgressAllowed net.Listener
-	key      *rsa.PrivateKey
-	log      io.Writer
-	closers  []func()
+	key           *rsa.PrivateKey
+	log           io.Writer
+	closers       []func()
 }
 
 // MissingError is a component the environment cannot run without.
