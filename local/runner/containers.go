@@ -192,7 +192,7 @@ func (r *Runner) start(ctx context.Context, f Function, cname string, first bool
 		err = r.identify(ctx, &spec, f.Namespace)
 	}
 	if err != nil {
-		os.RemoveAll(r.envDir(cname))
+		r.dropEnv(cname)
 		r.ledger.release(cname)
 		return err
 	}

@@ -67,7 +67,7 @@ func (r *Runner) RunOnce(ctx context.Context, run Run) Outcome {
 		MemoryMB: run.Function.MemoryMB, Volumes: append([]string{resultDir + ":/run/sless"}, volumes...), Confined: true, Network: r.network,
 		IDBase: run.Function.IDBase, Flags: logCapFlags()}
 	if err := r.identify(ctx, &spec, run.Function.Namespace); err != nil {
-		os.RemoveAll(r.envDir(run.Container))
+		r.dropEnv(run.Container)
 		r.ledger.release(run.Container)
 		return Outcome{Message: err.Error()}
 	}
