@@ -62,13 +62,15 @@ func grants(role rbacv1.ClusterRole) map[string]bool {
 	return out
 }
 
-// Neither role reads a Secret anywhere: Secrets are created and replaced whole (an update returns
-// nothing of the old one), and each process reads its own from mounted files.
+// Neither role reads a Secret anywhere: Secrets are created, replaced whole (an update returns
+// nothing of the old one) and, by the API, deleted; each process reads its own from mounted files.
 func TestRolesReadNoSecrets(t *testing.T) {
 	for _, f := range []string{"rbac/api_role.yaml", "rbac/controller_role.yaml"} {
 		for g := range grants(readRole(t, f)) {
 			verb, res, _ := strings.Cut(g, " ")
-			if (res == "secrets" || strings.HasSuffix(res, "*")) && verb != "create" && verb != "update" {
+			// The API also deletes a tenant's secret (admission holds it to sless-secret-*): still no read.
+			deletes := verb == "delete" && f == "rbac/api_role.yaml"
+			if (res == "secrets" || strings.HasSuffix(res, "*")) && verb != "create" && verb != "update" && !deletes {
 				t.Errorf("%s grants %s", f, g)
 			}
 		}
