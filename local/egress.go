@@ -69,7 +69,7 @@ func v4Allows(in []apiv1.EgressAllow) []network.Allow {
 	var out []network.Allow
 	for _, a := range in {
 		if a.Prefix.Addr().Is4() {
-			out = append(out, network.Allow{Prefix: a.Prefix, Port: a.Port})
+			out = append(out, a)
 		}
 	}
 	return out

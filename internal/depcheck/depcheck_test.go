@@ -49,7 +49,7 @@ var allowed = map[string][]string{
 	"operator/config":         {},
 	"local/state":             {"api/apiv1", "lifecycle", "objects"},
 	"local/podman":            {},
-	"local/network":           {"local/podman"}, // podman.HostIPv6: whether the bridges have IPv6 to confine
+	"local/network":           {"api/apiv1", "local/podman"}, // podman.HostIPv6: whether the bridges have IPv6 to confine
 	"indexproxy":              {},
 	"local/runner":            {"activator", "api/apiv1", "fnlog", "local/podman", "objects", "runspec"},
 	"local/runtimeimages":     {"oci", "runtimes"},

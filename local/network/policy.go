@@ -2,13 +2,13 @@ package network
 
 import (
 	"bufio"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
+
+	"github.com/sless-dev/sless/api/apiv1"
 )
 
 // Policy is what the chain lets tenant containers reach besides "the outside" (and what caps
@@ -43,61 +43,23 @@ const (
 	DefaultConnMax  = 1024
 )
 
-// Allow is one --egress-allow: a destination range and a port (TCP and UDP); Port 0 is any.
-type Allow struct {
-	Prefix netip.Prefix
-	Port   uint16
-}
+// Allow is one allowed destination (--egress-allow, a namespace's rule): a range and a port (TCP
+// and UDP); Port 0 is any. Parsed by apiv1.ParseEgressAllow.
+type Allow = apiv1.EgressAllow
 
-func (a Allow) String() string {
-	if a.Port == 0 {
-		return a.Prefix.String()
-	}
-	return a.Prefix.String() + ":" + strconv.Itoa(int(a.Port))
-}
-
-// ParseAllow reads CIDR:PORT ("192.168.1.10/32:5432"), CIDR:* or a bare CIDR (any port).
-// IPv6 ranges are refused: containers have no IPv6.
-func ParseAllow(s string) (Allow, error) {
-	cidr, port := s, ""
-	if i := strings.LastIndexByte(s, ':'); i >= 0 {
-		cidr, port = s[:i], s[i+1:]
-	}
-	p, err := netip.ParsePrefix(cidr)
-	if err != nil {
-		return Allow{}, fmt.Errorf("egress-allow %q: want CIDR:PORT (192.168.1.10/32:5432): %v", s, err)
-	}
-	if !p.Addr().Is4() {
-		return Allow{}, fmt.Errorf("egress-allow %q: only IPv4 ranges (containers have no IPv6)", s)
-	}
-	a := Allow{Prefix: p.Masked()}
-	if port != "" && port != "*" {
-		n, err := strconv.ParseUint(port, 10, 16)
-		if err != nil || n == 0 {
-			return Allow{}, fmt.Errorf("egress-allow %q: the port must be 1-65535 or *", s)
+// Denied are the IPv4 destinations that are not "the outside" (apiv1.NeverOutside: private,
+// shared, link-local and loopback ranges, multicast and reserved space, the metadata addresses
+// outside 169.254/16). A Kubernetes ClusterIP or pod network, a LAN database, another bridge's
+// containers: all fall in one of these.
+var Denied = func() []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range apiv1.NeverOutside {
+		if p.Addr().Is4() {
+			out = append(out, p)
 		}
-		a.Port = uint16(n)
 	}
-	return a, nil
-}
-
-// Denied are the destinations that are not "the outside": private, shared (carrier-grade NAT),
-// link-local and loopback ranges, multicast and reserved space, and the cloud metadata addresses
-// that lie outside 169.254/16 (Azure's wireserver, Alibaba's). A Kubernetes ClusterIP or pod
-// network, a LAN database, another bridge's containers: all fall in one of these.
-var Denied = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("168.63.129.16/32"),
-	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("192.168.0.0/16"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-}
+	return out
+}()
 
 // HostNameservers are the IPv4 resolvers podman gives containers: /etc/resolv.conf's, or, where
 // that names only a local stub (systemd-resolved's 127.0.0.53), the upstream servers in

@@ -56,30 +56,8 @@ func EgressChoice(ns *corev1.Namespace) *apiv1.EgressRule {
 	return &r
 }
 
-// AlwaysDenied are never "the outside", whatever the install says: this host and link-local
-// ranges, the cloud metadata addresses (169.254.169.254 and fd00:ec2::254 within them, Azure's
-// wireserver, Alibaba's), the private and shared ranges (a LAN, a VPC's other hosts: an admin opens
-// one with --egress-allow), multicast and reserved space, and IPv4 in IPv6 forms (mapped, NAT64).
-var AlwaysDenied = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"), // carrier-grade NAT; 100.100.100.200 (Alibaba's metadata)
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("168.63.129.16/32"),
-	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("192.168.0.0/16"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("::/128"),
-	netip.MustParsePrefix("::1/128"),
-	netip.MustParsePrefix("::ffff:0:0/96"),
-	netip.MustParsePrefix("64:ff9b::/96"),
-	netip.MustParsePrefix("fc00::/7"), // unique local; fd00:ec2::254 (AWS's metadata)
-	netip.MustParsePrefix("fe80::/10"),
-	netip.MustParsePrefix("ff00::/8"),
-}
+// AlwaysDenied are never "the outside" (apiv1.NeverOutside), whatever the install says.
+var AlwaysDenied = apiv1.NeverOutside
 
 // egressPolicy is sless-egress: what pods other than dependency installs reach beyond
 // sless-default's DNS, by the namespace's effective rule.
