@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -217,4 +218,44 @@ func TestS3Unavailable(t *testing.T) {
 			t.Errorf("wrong credentials: %v", err)
 		}
 	})
+}
+
+// Deleting a function's prefix while its events are still being written (they are written
+// behind its lifecycle) succeeds: a file that comes in while the tree is removed does not make
+// the deletion fail with "directory not empty" (an API delete answered 500 on it).
+func TestDirDeletePrefixWhileWritten(t *testing.T) {
+	d, err := codestore.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			body := strings.Repeat("x", 64)
+			d.Put(ctx, fmt.Sprintf("ns/fn/logs/events-%d.json", i%8), strings.NewReader(body), int64(len(body)))
+		}
+	}()
+	for i := range 300 {
+		for j := range 20 {
+			body := "y"
+			if err := d.Put(ctx, fmt.Sprintf("ns/fn/code/%d-%d.zip", i, j), strings.NewReader(body), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := d.DeletePrefix(ctx, "ns/fn/"); err != nil {
+			close(stop)
+			<-done
+			t.Fatalf("deletion %d while events are written: %v", i, err)
+		}
+	}
+	close(stop)
+	<-done
 }

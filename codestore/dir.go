@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Dir stores each key as a file under a root directory.
@@ -103,7 +104,15 @@ func (d *Dir) DeletePrefix(_ context.Context, prefix string) error {
 	if err != nil {
 		return err
 	}
-	return os.RemoveAll(p)
+	// A writer may add a file while the tree is removed (a function's events are written behind
+	// its lifecycle, and its deletion races the last of them): RemoveAll then finds a directory
+	// it emptied not empty. What came in meanwhile goes with the next pass.
+	for range 10 {
+		if err = os.RemoveAll(p); !errors.Is(err, syscall.ENOTEMPTY) {
+			return err
+		}
+	}
+	return err
 }
 
 // List returns the objects under a directory-like prefix, in key order.
