@@ -47,7 +47,8 @@ func toAPIError(err error) *apiv1.Error {
 		return apiv1.Errorf(apiv1.CodePayloadTooLarge, "%v", err)
 	case errors.Is(err, layers.ErrInvalidArchive), errors.Is(err, layers.ErrUnsafePath),
 		errors.Is(err, layers.ErrUnsupportedType), errors.Is(err, layers.ErrDuplicate),
-		errors.Is(err, layers.ErrTooManyEntries), errors.Is(err, layers.ErrCompressionRatio):
+		errors.Is(err, layers.ErrTooManyEntries), errors.Is(err, layers.ErrCompressionRatio),
+		errors.Is(err, layers.ErrNotExecutable):
 		return apiv1.Errorf(apiv1.CodeInvalidArchive, "%v", err)
 	}
 	return &apiv1.Error{Status: http.StatusInternalServerError, Code: apiv1.CodeInternal, Message: "internal error; see the server log"}

@@ -131,6 +131,18 @@ func (s *Server) kinds() kinds {
 				return nil
 			},
 			charge: s.chargeRebuild,
+			// The runtime's lifecycle: a blocked runtime takes no new function and no function
+			// moving to it; a deprecated one (or a blocked one kept) is admitted with a warning.
+			admit: func(spec objects.FunctionSpec, cur *objects.FunctionSpec) (string, error) {
+				previous := ""
+				if cur != nil {
+					previous = cur.Runtime
+				}
+				return s.o.runtimes.Admit(spec.Runtime, previous)
+			},
+			warn: func(w http.ResponseWriter, r *http.Request, ns string, f objects.FunctionSpec, warning string) {
+				s.warnRuntime(w, r, ns, f.Name, f.Runtime, f.CodeSHA256, warning)
+			},
 		},
 		triggers: &kind[apiv1.Trigger, objects.TriggerSpec, apiv1.TriggerStatus]{
 			noun: "trigger", store: s.b.Triggers, validate: ValidateTrigger,

@@ -29,6 +29,11 @@ type kind[W, S, St any] struct {
 	// charge, when set, is asked before replace whether the change costs what an upload does
 	// (true: it took a token of ns's upload rate); its error refuses the PUT, nothing changed.
 	charge func(ns string, body, cur S) (bool, error)
+	// admit, when set, decides a create (cur nil) or a replace of the stored spec cur with body:
+	// its error refuses the write, nothing stored; a warning admits it, and warn (then required)
+	// tells the caller, with the spec stored, once the write succeeded.
+	admit func(body S, cur *S) (warning string, err error)
+	warn  func(w http.ResponseWriter, r *http.Request, ns string, stored S, warning string)
 }
 
 func (k *kind[W, S, St]) list(w http.ResponseWriter, r *http.Request) {
@@ -55,6 +60,10 @@ func (k *kind[W, S, St]) create(s *Server) http.HandlerFunc {
 		}
 		name := *k.nameOf(&body)
 		spec, err := k.validate(body)
+		warning := ""
+		if err == nil && k.admit != nil {
+			warning, err = k.admit(spec, nil)
+		}
 		if err == nil {
 			err = s.nsExists(r, ns)
 		}
@@ -75,6 +84,9 @@ func (k *kind[W, S, St]) create(s *Server) http.HandlerFunc {
 		}
 		if k.created != nil {
 			k.created(r, ns, name)
+		}
+		if warning != "" {
+			k.warn(w, r, ns, out.Spec, warning)
 		}
 		writeJSON(w, http.StatusCreated, k.view(ns, out))
 	}
@@ -125,7 +137,14 @@ func (k *kind[W, S, St]) put(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	charged := false // a store that retries the update on a conflict is charged once
+	warning := ""
 	out, err := k.store.Update(r.Context(), ns, name, func(cur *S) error {
+		if k.admit != nil {
+			var err error
+			if warning, err = k.admit(spec, cur); err != nil {
+				return err
+			}
+		}
 		if k.charge != nil && !charged {
 			var err error
 			if charged, err = k.charge(ns, spec, *cur); err != nil {
@@ -137,6 +156,9 @@ func (k *kind[W, S, St]) put(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, r, notFound(k.noun, name, err))
 		return
+	}
+	if warning != "" {
+		k.warn(w, r, ns, out.Spec, warning)
 	}
 	writeJSON(w, http.StatusOK, k.view(ns, out))
 }

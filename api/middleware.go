@@ -104,7 +104,25 @@ func (s *Server) observe(route string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w}
-		next.ServeHTTP(rec, r)
+		// A response cut off mid-body (a streamed answer whose function failed, timed out or went:
+		// the proxy panics with http.ErrAbortHandler) is logged and counted too, as aborted.
+		aborted := false
+		defer func() {
+			if aborted {
+				panic(http.ErrAbortHandler)
+			}
+		}()
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					if v != http.ErrAbortHandler {
+						panic(v)
+					}
+					aborted = true
+				}
+			}()
+			next.ServeHTTP(rec, r)
+		}()
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
@@ -128,6 +146,9 @@ func (s *Server) observe(route string, next http.Handler) http.Handler {
 		if rec.err != nil {
 			attrs = append(attrs, slog.String("error", rec.err.Error()))
 		}
+		if aborted {
+			attrs = append(attrs, slog.Bool("aborted", true))
+		}
 		s.o.logger.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 	})
 }
@@ -147,6 +168,17 @@ func methodLabel(m string) string {
 // authenticate verifies the bearer token and that {ns} is the caller's own namespace. Another
 // tenant's namespace answers 404, exactly like one that does not exist.
 func (s *Server) authenticate(next http.Handler) http.Handler {
+	return s.verify(true, next)
+}
+
+// authenticateAny verifies the bearer token of a route that names no namespace (GET
+// /v1/runtimes): any valid token may read it.
+func (s *Server) authenticateAny(next http.Handler) http.Handler {
+	return s.verify(false, next)
+}
+
+// verify checks the bearer token, and with namespaced that {ns} is the caller's namespace.
+func (s *Server) verify(namespaced bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Get("Authorization")
 		token, ok := strings.CutPrefix(h, "Bearer ")
@@ -165,7 +197,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			refuse(apiv1.Errorf(apiv1.CodeUnauthenticated, "%v", err))
 			return
 		}
-		if ns := mux.Vars(r)["ns"]; ns != caller.Namespace {
+		if ns := mux.Vars(r)["ns"]; namespaced && ns != caller.Namespace {
 			refuse(apiv1.Errorf(apiv1.CodeNotFound, "namespace %q not found", ns))
 			return
 		}

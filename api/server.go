@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/fnlog"
 	"github.com/sless-dev/sless/invoke"
 	"github.com/sless-dev/sless/objects"
 	"github.com/sless-dev/sless/runspec"
@@ -43,6 +45,7 @@ type options struct {
 	fnDomain    string
 	uploadRate  float64
 	uploadBurst int
+	runtimes    apiv1.RuntimePolicy
 	// invoke configures /fn/ (package invoke).
 	invoke []invoke.Option
 }
@@ -115,6 +118,13 @@ func WithFunctionDomain(domain string) Option {
 	}
 }
 
+// WithRuntimePolicy is the install's view of the runtime catalog (apiv1.RuntimePolicy): the
+// runtimes it blocks beyond the catalog's dates (--block-runtime), and its clock. GET /v1/runtimes
+// lists the catalog under it, and function creates and updates are admitted by it: a deprecated
+// runtime with a `Warning` header and a Warning event, a blocked one refused unless the function
+// is already on it. The default blocks nothing beyond the catalog's dates, on the real clock.
+func WithRuntimePolicy(p apiv1.RuntimePolicy) Option { return func(o *options) { o.runtimes = p } }
+
 // Server is the API. Its Handler serves every route.
 type Server struct {
 	o       options
@@ -124,6 +134,9 @@ type Server struct {
 	fn      *invoke.Proxy // /fn/
 	metrics *metrics
 	uploads *tenantLimits
+	// warnings records the warnings of function writes (a deprecated runtime) in the functions'
+	// event logs.
+	warnings *fnlog.Events
 	// draining fails /readyz once the replica is told to stop.
 	draining atomic.Bool
 	// drained is closed by Drain: followed log and event streams end.
@@ -154,10 +167,13 @@ func New(b objects.Backend, opts ...Option) (*Server, error) {
 	if o.verifier == nil {
 		return nil, errors.New("api: WithVerifier is required: every /v1 route needs verified tokens")
 	}
+	if err := o.runtimes.Validate(); err != nil {
+		return nil, fmt.Errorf("api: WithRuntimePolicy: %w", err)
+	}
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, b: b, metrics: newMetrics(), uploads: newTenantLimits(o.uploadRate, o.uploadBurst),
+	s := &Server{o: o, b: b, metrics: newMetrics(), uploads: newTenantLimits(o.uploadRate, o.uploadBurst), warnings: fnlog.NewEvents(b.Code),
 		drained: make(chan struct{}), followers: map[string]int{}, logReads: map[string]int{}}
 	s.fn = invoke.New(b, append(o.invoke, invoke.WithMetrics(s.metrics.reg))...)
 	s.router = s.routes()
@@ -215,6 +231,8 @@ func (s *Server) routes() *mux.Router {
 	// No /metrics here: its series name every tenant's namespace and functions. MetricsHandler
 	// serves them on a listener of their own.
 	r.HandleFunc("/openapi.json", serveOpenAPI).Methods(http.MethodGet)
+	// The install's runtimes: any valid token, no namespace.
+	r.Handle("/v1/runtimes", s.authenticateAny(http.HandlerFunc(s.listRuntimes))).Methods(http.MethodGet)
 
 	v1 := r.PathPrefix("/v1/namespaces/{ns}").Subrouter()
 	v1.Use(s.authenticate)

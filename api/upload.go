@@ -34,7 +34,8 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if _, err := s.b.Functions.Get(ctx, ns, name); err != nil {
+	fn, err := s.b.Functions.Get(ctx, ns, name)
+	if err != nil {
 		drain(r)
 		writeError(w, r, notFound("function", name, err))
 		return
@@ -76,7 +77,13 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
-	if err := layers.ValidateZip(f, size); err != nil {
+	var check []layers.Option
+	if fn.Spec.Runtime == apiv1.RuntimeProvided {
+		// The process is the upload's own bootstrap: without it (or not executable) nothing
+		// could start, so it is refused now rather than failing the build.
+		check = append(check, layers.WithExecutable(apiv1.ProvidedBootstrap))
+	}
+	if err := layers.ValidateZip(f, size, check...); err != nil {
 		writeError(w, r, err)
 		return
 	}

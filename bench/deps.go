@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/client"
+	"github.com/sless-dev/sless/internal/testenv"
 )
 
 // benchDeps measures dependency layers through sless up: a cold install, a second function with
@@ -149,7 +149,12 @@ func zipOf(files map[string]string) []byte {
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
 	for n, body := range files {
-		w, _ := zw.Create(n)
+		h := &zip.FileHeader{Name: n, Method: zip.Deflate}
+		h.SetMode(0o644)
+		if n == "bootstrap" { // a provided function's executable
+			h.SetMode(0o755)
+		}
+		w, _ := zw.CreateHeader(h)
 		w.Write([]byte(body))
 	}
 	zw.Close()
@@ -164,7 +169,7 @@ func serveWheels(work string, n int) (string, func(), error) {
 	for i := 0; i < n; i++ {
 		pkg := fmt.Sprintf("benchpkg%02d", i)
 		body := fmt.Sprintf("VALUE = %d\n", i) + strings.Repeat("# padding line for a realistic module size\n", 2000)
-		file, b := genWheel(pkg, "1.0", body)
+		file, b := testenv.Wheel(pkg, "1.0", body)
 		wheels[file], names[pkg] = b, file
 	}
 	mux := http.NewServeMux()
@@ -193,27 +198,4 @@ func serveWheels(work string, n int) (string, func(), error) {
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	return "http://" + ln.Addr().String() + "/simple", func() { srv.Close() }, nil
-}
-
-func genWheel(pkg, version, body string) (string, []byte) {
-	dist := pkg + "-" + version + ".dist-info"
-	files := [][2]string{
-		{pkg + "/__init__.py", body},
-		{dist + "/METADATA", "Metadata-Version: 2.1\nName: " + pkg + "\nVersion: " + version + "\n"},
-		{dist + "/WHEEL", "Wheel-Version: 1.0\nGenerator: sless-bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
-	}
-	var record strings.Builder
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, f := range files {
-		w, _ := zw.Create(f[0])
-		w.Write([]byte(f[1]))
-		sum := sha256.Sum256([]byte(f[1]))
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f[0], base64.RawURLEncoding.EncodeToString(sum[:]), len(f[1]))
-	}
-	record.WriteString(dist + "/RECORD,,\n")
-	w, _ := zw.Create(dist + "/RECORD")
-	w.Write([]byte(record.String()))
-	zw.Close()
-	return pkg + "-" + version + "-py3-none-any.whl", buf.Bytes()
 }

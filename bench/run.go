@@ -140,7 +140,7 @@ func runOn(ctx context.Context, c config, want map[string]bool, work, slessBin, 
 	logf("registry (CNCF Distribution v3) on %s, storage on %s (%s)", r, storage, regRoot)
 	if !want["builder"] {
 		if first && want["runtimes"] {
-			return benchRuntimes(ctx, c, work, r)
+			return benchRuntimes(ctx, c, work, slessBin, r)
 		}
 		return nil
 	}
@@ -285,7 +285,7 @@ func runOn(ctx context.Context, c config, want map[string]bool, work, slessBin, 
 		fmt.Printf("\n200 MB of code (%d files) through the CLI took %d ms, peak RSS (VmHWM) %.1f MiB.\n",
 			200, rssTime.Milliseconds(), float64(rss)/(1<<20))
 		if want["runtimes"] {
-			return benchRuntimes(ctx, c, work, r)
+			return benchRuntimes(ctx, c, work, slessBin, r)
 		}
 	}
 	return nil

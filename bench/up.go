@@ -153,12 +153,13 @@ func startSlessUp(ctx context.Context, work, slessBin, name string, extra ...str
 		return nil, nil, err
 	}
 	var cl *client.Client
+	// Function containers outlive sless up by design: `sless down` removes this instance's (by its
+	// data dir). Not every container of the namespace: the dev user's namespace is the same on
+	// every instance, and tests on the same podman storage have theirs running.
 	stop := func() {
-		if cl != nil {
-			podmanCmd(context.Background(), work, "rm", "-f", "-t", "0", "-a", "--filter", "label=sless.dev/namespace="+cl.Namespace()).Run()
-		}
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
+		exec.Command(slessBin, "down", "--data-dir", data, "--podman-root", filepath.Join(cacheDir(), "podman")).Run()
 	}
 	base := fmt.Sprintf("http://127.0.0.1:%d", listen)
 	if err := waitHTTP(base+"/readyz", 120*time.Second); err != nil {

@@ -178,7 +178,7 @@ func (p *Pipeline) Build(ctx context.Context, req Request) (res *Result, err err
 
 	res = &Result{Key: Key(req, runtimeImage)}
 	src := oci.Source{RuntimeImage: runtimeImage, Zip: code, ZipSize: size, ZipSHA256: req.CodeSHA256,
-		Handler: req.Entrypoint, Function: req.Function, Namespace: req.Namespace, Runtime: req.Runtime}
+		Handler: req.Entrypoint, Function: req.Function, Namespace: req.Namespace, Runtime: req.Runtime, Executable: rt.Executable}
 	manifests, err := deps.ManifestsInZip(code, size, req.Runtime)
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading dependency manifests: %v", deps.ErrInvalidSpec, err)
@@ -192,7 +192,7 @@ func (p *Pipeline) Build(ctx context.Context, req Request) (res *Result, err err
 			return nil, ErrNoDeps
 		}
 		spec := deps.Spec{Runtime: req.Runtime, RuntimeImage: runtimeImage, Files: manifests, Namespace: req.Namespace,
-			IndexURL: p.o.indexes[req.Runtime], Log: blog}
+			IndexURL: p.o.indexes[rt.Language], Log: blog}
 		names := make([]string, 0, len(manifests))
 		for n := range manifests {
 			names = append(names, n)

@@ -1,6 +1,7 @@
 package build_test
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -11,6 +12,7 @@ import (
 	"log"
 	"net"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -138,6 +140,9 @@ func newFixture(t *testing.T, opts ...build.Option) *fixture {
 	if f.pipeline, err = build.New(f.code, b, opts...); err != nil {
 		t.Fatal(err)
 	}
+	// Events are written behind the build: the last ones must be in before the code store's
+	// directory is removed.
+	t.Cleanup(f.pipeline.Events().Flush)
 	return f
 }
 
@@ -478,5 +483,58 @@ func checkBuildLog(t *testing.T, f *fixture, req build.Request, err error, res *
 		if res.DepsKey != "" && !res.DepsCached && (!strings.Contains(text, "Successfully installed six") || !strings.Contains(got, "Stored,InstallingDependencies,Building")) {
 			t.Errorf("the install is not in the build log or the events:\n%s\nevents %s", text, got)
 		}
+	}
+}
+
+// A provided function's build needs an executable bootstrap at the code's root (the API refuses
+// such uploads, but a PUT may move stored code to provided): without one it fails as the user's
+// error naming bootstrap, pushing nothing; with one it builds, and a package.json beside it
+// installs nothing.
+func TestBuildProvided(t *testing.T) {
+	f := newFixture(t)
+	b, err := oci.NewBuilder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &fakeDeps{}
+	p, err := build.New(f.code, b, build.WithRegistry(f.reg), build.WithRuntimes(map[string]string{apiv1.RuntimeProvided: f.runtime}),
+		build.WithTempDir(t.TempDir()), build.WithDeps(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := func(fn string, z []byte) build.Request {
+		sum := sha256.Sum256(z)
+		req := build.Request{Namespace: "sless-0123456789abcdef", Function: fn, Runtime: apiv1.RuntimeProvided, Entrypoint: "handler.handle",
+			CodeSHA256: hex.EncodeToString(sum[:])}
+		if err := f.code.Put(context.Background(), codestore.Key(req.Namespace, fn, req.CodeSHA256), bytes.NewReader(z), int64(len(z))); err != nil {
+			t.Fatal(err)
+		}
+		return req
+	}
+	_, err = p.Build(context.Background(), store("nobin", testenv.Zip(map[string]string{"handler.py": "x", "package.json": "{}"})))
+	if !errors.Is(err, layers.ErrNotExecutable) || !build.IsUserError(err) || !strings.Contains(err.Error(), "bootstrap") {
+		t.Fatalf("err = %v, want ErrNotExecutable naming bootstrap", err)
+	}
+	if _, err := remote.Head(mustRef(f.reg + "/sless-0123456789abcdef/nobin:latest")); err == nil {
+		t.Error("an image was pushed without a bootstrap")
+	}
+	var z bytes.Buffer
+	zw := zip.NewWriter(&z)
+	for _, e := range []struct {
+		name string
+		mode os.FileMode
+	}{{"bootstrap", 0o755}, {"package.json", 0o644}, {"requirements.txt", 0o644}} {
+		h := &zip.FileHeader{Name: e.name, Method: zip.Deflate}
+		h.SetMode(e.mode)
+		w, _ := zw.CreateHeader(h)
+		w.Write([]byte("{}\n"))
+	}
+	zw.Close()
+	res, err := p.Build(context.Background(), store("bin", z.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DepsKey != "" || d.calls != 0 {
+		t.Errorf("dependencies for provided: key %q, %d calls", res.DepsKey, d.calls)
 	}
 }

@@ -62,7 +62,7 @@ func IsUserError(err error) bool {
 		return true
 	}
 	for _, target := range []error{oci.ErrInvalidSource, deps.ErrInvalidSpec, layers.ErrInvalidArchive, layers.ErrTooLarge,
-		layers.ErrCompressionRatio, ErrCodeMissing, ErrCodeMismatch} {
+		layers.ErrCompressionRatio, layers.ErrNotExecutable, ErrCodeMissing, ErrCodeMismatch} {
 		if errors.Is(err, target) {
 			return true
 		}

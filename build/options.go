@@ -58,12 +58,12 @@ func WithRuntimes(m map[string]string) Option {
 // none: code with dependency manifests fails with ErrNoDeps.
 func WithDeps(d Deps) Option { return func(o *options) error { o.deps = d; return nil } }
 
-// WithIndex sets the package index dependency installs of runtime use (pip index URL, npm
-// registry). The default is the installer's own.
-func WithIndex(runtime, url string) Option {
+// WithIndex sets the package index dependency installs of a language's runtimes use ("python":
+// the pip index URL, "node": the npm registry). The default is the installer's own.
+func WithIndex(language, url string) Option {
 	return func(o *options) error {
 		if url != "" {
-			o.indexes[runtime] = url
+			o.indexes[language] = url
 		}
 		return nil
 	}

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+
+	"github.com/sless-dev/sless/api/apiv1"
 )
 
 // ErrInvalidSpec marks a manifest the platform refuses (index options in requirements.txt, a
@@ -31,7 +33,7 @@ const (
 
 // Spec is everything that decides what an install produces.
 type Spec struct {
-	// Runtime is "python3.11" or "nodejs20".
+	// Runtime is a python* or nodejs* runtime (the key tells python3.11 from python3.13).
 	Runtime string
 	// RuntimeImage is the runtime image, by digest, the installer runs in (its pip/npm and libc).
 	RuntimeImage string
@@ -55,10 +57,10 @@ type Spec struct {
 // none. files may hold any other files of the function; they are ignored.
 func Detect(runtime string, files map[string][]byte) map[string][]byte {
 	var names []string
-	switch runtime {
-	case "python3.11":
+	switch language(runtime) {
+	case "python":
 		names = []string{Requirements}
-	case "nodejs20":
+	case "node":
 		names = []string{PackageJSON, PackageLock}
 	}
 	out := map[string][]byte{}
@@ -67,11 +69,14 @@ func Detect(runtime string, files map[string][]byte) map[string][]byte {
 			out[n] = b
 		}
 	}
-	if len(out) == 0 || (runtime == "nodejs20" && out[PackageJSON] == nil) {
+	if len(out) == 0 || (language(runtime) == "node" && out[PackageJSON] == nil) {
 		return nil
 	}
 	return out
 }
+
+// language is the package ecosystem of runtime: "python" (pip), "node" (npm), or none (provided).
+func language(runtime string) string { return apiv1.RuntimeLanguage(runtime) }
 
 // Installer is the command that installs a Spec's dependencies into /out, with the manifests in
 // /in (read-only) and a writable working directory /work.
@@ -87,8 +92,8 @@ const OutDir = "/out"
 
 // Installer returns the install command for s, after checking the manifests.
 func (s Spec) Installer() (Installer, error) {
-	switch s.Runtime {
-	case "python3.11":
+	switch language(s.Runtime) {
+	case "python":
 		if err := checkRequirements(s.Files[Requirements]); err != nil {
 			return Installer{}, err
 		}
@@ -105,7 +110,7 @@ func (s Spec) Installer() (Installer, error) {
 		}
 		// No .pyc files: they embed source mtimes and would make the layer differ between installs.
 		return Installer{Argv: argv, Env: []string{"PYTHONDONTWRITEBYTECODE=1", "PIP_NO_CACHE_DIR=1", "HOME=/work"}}, nil
-	case "nodejs20":
+	case "node":
 		if !json.Valid(s.Files[PackageJSON]) {
 			return Installer{}, fmt.Errorf("%w: package.json is not valid JSON", ErrInvalidSpec)
 		}
@@ -214,8 +219,8 @@ const publicNPMRegistry = "registry.npmjs.org"
 // (pkg @ https://…), or an npm package resolved from a host that is neither the configured
 // registry nor the public one.
 func (s Spec) shareable() bool {
-	switch s.Runtime {
-	case "python3.11":
+	switch language(s.Runtime) {
+	case "python":
 		lines, _ := logicalLines(s.Files[Requirements])
 		for _, l := range lines {
 			if !pinnedRequirement(l) {
@@ -223,7 +228,7 @@ func (s Spec) shareable() bool {
 			}
 		}
 		return len(lines) > 0
-	case "nodejs20":
+	case "node":
 		var lock struct {
 			Packages map[string]struct {
 				Integrity string `json:"integrity"`

@@ -223,7 +223,10 @@ func (l *Log) add(line string) {
 // store: a build or a start must not slow down by its own progress report. One goroutine, started
 // when there is something to write, appends in order, all the events a function has queued in one
 // read-modify-write. One writer per function is assumed (the backend's controller; Kubernetes: the
-// leader): the read-modify-write is serialised within the process only.
+// leader): the read-modify-write is serialised within the process only. The API is a second,
+// rare writer: it records the warning of a function write on a deprecated or blocked runtime
+// before it answers; a build event appended at that very moment by another process (or another
+// Events) can lose one of the two.
 type Events struct {
 	store codestore.Store
 

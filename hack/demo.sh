@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make demo: the platform on its embedded defaults. Starts `sless up` (API, /fn/ proxy, embedded
 # CNCF Distribution registry, in-process builder, podman runner) in the background, deploys
-# examples/hello-python and examples/hello-node with Terraform (the provider at the seed's address
-# through dev_overrides), calls them on /fn/, shows an image with crane, changes one line and applies
+# examples/hello-python, examples/hello-node and examples/hello-go (the provided runtime: a Go binary
+# built here with the machine's Go) with Terraform (the provider at the seed's address through
+# dev_overrides), calls them on /fn/, shows an image with crane, changes one line and applies
 # again (timing the rebuild and the switch), and leaves the platform running.
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT_DIR"
@@ -14,7 +15,7 @@ TERRAFORM=$(go_install_cached terraform "github.com/hashicorp/terraform@$TERRAFO
 log "building sless and terraform-provider-sless"
 go build -o bin/sless ./cmd/sless
 go build -o bin/terraform-provider-sless ./cmd/terraform-provider-sless
-"$HACK_DIR/build-bases.sh" python3.11 nodejs20 >/dev/null
+"$HACK_DIR/build-bases.sh" all >/dev/null
 
 # A previous demo is stopped first (its functions are adopted by the new one).
 if [ -f "$DEMO/sless.pid" ] && kill -0 "$(cat "$DEMO/sless.pid")" 2>/dev/null; then
@@ -64,15 +65,19 @@ provider_installation {
 RC
 export TF_CLI_CONFIG_FILE="$DEMO/terraformrc" CHECKPOINT_DISABLE=1 TF_IN_AUTOMATION=1
 export SLESS_ENDPOINT="$E" SLESS_API_TOKEN="$TOKEN"
-for ex in hello-python hello-node; do rm -rf "$DEMO/$ex"; cp -r "examples/$ex" "$DEMO/$ex"; done
+for ex in hello-python hello-node hello-go; do rm -rf "$DEMO/$ex"; cp -r "examples/$ex" "$DEMO/$ex"; done
+# provided: the function is your own executable; hello-go's is built here, never committed.
+(cd "$DEMO/hello-go/src" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o ../code/bootstrap .) || die "building examples/hello-go failed"
 tf() { "$TERRAFORM" -chdir="$DEMO/$1" "${@:2}"; }
 
-echo; log "terraform apply examples/hello-python and examples/hello-node"
+echo; log "terraform apply examples/hello-python, examples/hello-node and examples/hello-go (runtime provided)"
 tf hello-python apply -auto-approve -input=false | grep -E "^(Apply|sless_)" || die "terraform apply failed"
 tf hello-node apply -auto-approve -input=false | grep -E "^(Apply|sless_)" || die "terraform apply failed"
-URL=$(tf hello-python output -raw url); NODE_URL=$(tf hello-node output -raw trigger_url)
+tf hello-go apply -auto-approve -input=false | grep -E "^(Apply|sless_)" || die "terraform apply failed"
+URL=$(tf hello-python output -raw url); NODE_URL=$(tf hello-node output -raw trigger_url); GO_URL=$(tf hello-go output -raw url)
 echo "\$ curl '$URL?name=demo'"; curl -s "$URL?name=demo"; echo
 echo "\$ curl $NODE_URL/some/path"; curl -s "$NODE_URL/some/path"; echo
+echo "\$ curl '$GO_URL/any/path?name=demo'"; curl -s "$GO_URL/any/path?name=demo"; echo
 IMAGE=$(tf hello-python output -raw image)
 # The registry serves nothing anonymously: crane uses the platform's credential sless up wrote.
 echo; echo "\$ DOCKER_CONFIG=$DATA/registry-auth crane manifest $IMAGE"
@@ -96,5 +101,6 @@ echo "sless up keeps running (pid $(cat "$DEMO/sless.pid"), log $DEMO/sless.log)
 echo "  export SLESS_ENDPOINT=$E SLESS_API_TOKEN=\$(cat $DATA/dev-token) TF_CLI_CONFIG_FILE=$DEMO/terraformrc"
 echo "  cd $DEMO/hello-python && $TERRAFORM apply"
 echo "  curl $NODE_URL"
+echo "  curl $GO_URL"
 echo "  curl http://$METRICS/metrics | grep ^sless_function_requests_total   (Prometheus's port; $E/metrics answers 404)"
 echo "Stop it with: kill $(cat "$DEMO/sless.pid")   (function containers keep running and are adopted on the next start)"

@@ -4,7 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 "$HACK_DIR/install-apt.sh" --k8s
 "$HACK_DIR/install-go-tools.sh" crane minio terraform controller-gen kube-score & tools=$!
-"$HACK_DIR/build-bases.sh" python3.11 nodejs20 >/dev/null & bases=$!
+"$HACK_DIR/build-bases.sh" all >/dev/null & bases=$!
 "$HACK_DIR/build-envtest.sh" >/dev/null & envtest=$!
 "$HACK_DIR/k8s/build.sh" >/dev/null & k8s=$!
 rc=0

@@ -67,9 +67,42 @@ func (c *collector) add(e entry) error {
 	return nil
 }
 
+// checkExecutable enforces WithExecutable on the collected entries (before implicit directories
+// are added: a name only implied by a deeper path is a directory).
+func (c *collector) checkExecutable() error {
+	name := c.o.executable
+	if name == "" {
+		return nil
+	}
+	i, ok := c.byName[name]
+	if !ok {
+		for dir := range c.byName {
+			if strings.HasPrefix(dir, name+"/") {
+				return entryErr(ErrNotExecutable, name, "is a directory; it must be an executable file at the root of the archive")
+			}
+		}
+		if other, ok := c.byFold[strings.ToLower(name)]; ok {
+			return entryErr(ErrNotExecutable, name, "is missing from the root of the archive (there is %q: names are case-sensitive)", other)
+		}
+		return entryErr(ErrNotExecutable, name, "is missing from the root of the archive; put the executable %s there (not in a subdirectory)", name)
+	}
+	switch e := c.entries[i]; {
+	case e.dir:
+		return entryErr(ErrNotExecutable, name, "is a directory; it must be an executable file at the root of the archive")
+	case e.link != "":
+		return entryErr(ErrNotExecutable, name, "is a symlink; it must be a regular executable file")
+	case !e.exec:
+		return entryErr(ErrNotExecutable, name, "is not executable (no x bit in its mode); set it with `chmod +x %s` before zipping (zip keeps Unix modes; an archive made without them has none)", name)
+	}
+	return nil
+}
+
 // complete adds implicit parent directories and sorts. Lexical order puts every directory before
 // its contents, since a parent's path is a prefix of its children's.
 func (c *collector) complete() ([]entry, error) {
+	if err := c.checkExecutable(); err != nil {
+		return nil, err
+	}
 	n := len(c.entries)
 	for i := 0; i < n; i++ {
 		for dir := path.Dir(c.entries[i].name); dir != "."; dir = path.Dir(dir) {

@@ -23,6 +23,9 @@ var (
 	ErrTooLarge = errors.New("too large")
 	// ErrCompressionRatio: the archive expands more than the limit allows (WithMaxRatio): a zip bomb.
 	ErrCompressionRatio = errors.New("compression ratio too high")
+	// ErrNotExecutable: the executable WithExecutable requires is missing from the root, is a
+	// directory, or has no execute bit.
+	ErrNotExecutable = errors.New("no executable")
 )
 
 // EntryError names the entry that broke a rule.

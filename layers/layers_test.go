@@ -491,3 +491,96 @@ func TestDeepPaths(t *testing.T) {
 		t.Errorf("implicit directories not counted: %v", err)
 	}
 }
+
+// WithExecutable (a provided function's bootstrap): the file must be at the root, a regular file,
+// with an execute bit; each bad case is refused by FromZip, ValidateZip and FromFS alike, naming
+// the file.
+func TestExecutableRequired(t *testing.T) {
+	opt := layers.WithExecutable("bootstrap")
+	for _, tc := range []struct {
+		name  string
+		files []zfile
+		want  error
+		says  string
+	}{
+		{"missing", []zfile{{name: "main.go", body: "package main"}}, layers.ErrNotExecutable, "missing"},
+		{"in a subdirectory", []zfile{{name: "bin/bootstrap", body: "x", mode: 0o755}}, layers.ErrNotExecutable, "not in a subdirectory"},
+		{"nested elsewhere", []zfile{{name: "sub/bootstrap", body: "x", mode: 0o755}}, layers.ErrNotExecutable, "missing"},
+		{"other case", []zfile{{name: "Bootstrap", body: "x", mode: 0o755}}, layers.ErrNotExecutable, "case-sensitive"},
+		{"no x bit", []zfile{{name: "bootstrap", body: "#!/bin/sh\n", mode: 0o644}}, layers.ErrNotExecutable, "not executable"},
+		{"no mode at all", []zfile{{name: "bootstrap", body: "#!/bin/sh\n", mode: 0o600}}, layers.ErrNotExecutable, "not executable"},
+		{"a directory", []zfile{{name: "bootstrap/", mode: fs.ModeDir | 0o755}}, layers.ErrNotExecutable, "is a directory"},
+		{"a symlink", []zfile{{name: "bootstrap", body: "/bin/sh", mode: fs.ModeSymlink | 0o777}}, layers.ErrUnsupportedType, "symlink"},
+		{"a directory by its content", []zfile{{name: "bootstrap/run", body: "x", mode: 0o755}}, layers.ErrNotExecutable, "is a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			z := makeZip(t, tc.files...)
+			_, err := fromZip(z, opt)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("FromZip: %v; want %v saying %q", err, tc.want, tc.says)
+			}
+			if tc.want == layers.ErrNotExecutable && !strings.Contains(err.Error(), `"bootstrap"`) {
+				t.Errorf("the error does not name bootstrap: %v", err)
+			}
+			if verr := layers.ValidateZip(bytes.NewReader(z), int64(len(z)), opt); !errors.Is(verr, tc.want) {
+				t.Errorf("ValidateZip: %v", verr)
+			}
+			// Without the option the same archive is fine (unless it is bad anyway).
+			if tc.want == layers.ErrNotExecutable {
+				if l, err := fromZip(z); err != nil {
+					t.Errorf("without WithExecutable: %v", err)
+				} else {
+					l.Close()
+				}
+			}
+		})
+	}
+	t.Run("fs", func(t *testing.T) {
+		for name, fsys := range map[string]fstest.MapFS{
+			"missing":   {"main.go": {Data: []byte("x")}},
+			"no x bit":  {"bootstrap": {Data: []byte("x"), Mode: 0o644}},
+			"directory": {"bootstrap/x": {Data: []byte("x"), Mode: 0o755}},
+		} {
+			if _, err := layers.FromFS(fsys, opt); !errors.Is(err, layers.ErrNotExecutable) {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "real"), []byte("x"), 0o755)
+		os.Symlink("real", filepath.Join(dir, "bootstrap"))
+		if _, err := layers.FromFS(os.DirFS(dir), opt, layers.WithSymlinks()); !errors.Is(err, layers.ErrNotExecutable) {
+			t.Errorf("symlink kept by WithSymlinks: %v", err)
+		}
+	})
+	if err := layers.WithExecutable("a/b")(nil); err == nil {
+		t.Error("a path was accepted as the executable's name")
+	}
+}
+
+// A zip's setuid, setgid and sticky bits, group/world-writable modes and odd permissions never
+// reach the layer: files are 0755 (any x bit) or 0644, so a bootstrap of mode 4755 runs as the
+// function's user, never as the file's owner.
+func TestExecutableModesNormalised(t *testing.T) {
+	z := makeZip(t,
+		zfile{name: "bootstrap", body: "\x7fELF", mode: fs.ModeSetuid | 0o755},
+		zfile{name: "sgid", body: "x", mode: fs.ModeSetgid | 0o2711},
+		zfile{name: "sticky", body: "x", mode: fs.ModeSticky | 0o777},
+		zfile{name: "xonly", body: "x", mode: 0o100},
+		zfile{name: "writable", body: "x", mode: 0o666},
+	)
+	l, err := fromZip(z, layers.WithExecutable("bootstrap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	want := map[string]int64{"app/function/bootstrap": 0o755, "app/function/sgid": 0o755, "app/function/sticky": 0o755,
+		"app/function/xonly": 0o755, "app/function/writable": 0o644}
+	for _, e := range readTar(t, l) {
+		if m, ok := want[e.name]; ok && e.mode != m {
+			t.Errorf("%s: mode %o, want %o", e.name, e.mode, m)
+		}
+		if e.mode&^0o777 != 0 {
+			t.Errorf("%s: mode %o keeps special bits", e.name, e.mode)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -36,6 +37,7 @@ type options struct {
 	tempDir     string
 	spoolMemory int64
 	symlinks    bool
+	executable  string
 }
 
 func makeOptions(opts ...Option) (*options, error) {
@@ -134,4 +136,18 @@ func WithSpoolMemory(n int64) Option {
 // carry links. The default is to reject every symlink.
 func WithSymlinks() Option {
 	return func(o *options) error { o.symlinks = true; return nil }
+}
+
+// WithExecutable requires a regular file called name at the root of the input with an execute bit
+// (a zip entry's Unix mode, a file's mode): a provided function's bootstrap. Missing, a directory,
+// or without any x bit is ErrNotExecutable (symlinks are refused as always). The default requires
+// nothing.
+func WithExecutable(name string) Option {
+	return func(o *options) error {
+		if name == "" || strings.Contains(name, "/") || name == "." || name == ".." {
+			return fmt.Errorf("layers: executable %q must be a plain file name", name)
+		}
+		o.executable = name
+		return nil
+	}
 }

@@ -324,10 +324,32 @@ func TestConfinementHolds(t *testing.T) {
 
 	t.Run("a container start waits for the confinement", func(t *testing.T) {
 		// This sless up checks only before container starts: nothing else would restore it.
+		// Every jump goes (PREROUTING, FORWARD, INPUT: with any one left the deny chain still
+		// holds). The first container to start is a dependency install, which is registered
+		// nowhere (a function's start re-asserts the confinement when it registers its MAC): its
+		// npm preinstall calls the host canary, which it reaches unless the start waited.
 		removeJump(t)
-		u.deploy(t, "gated", "python3.11", map[string]string{"handler.py": "def handle(e):\n    return 'started'\n"})
+		for _, l := range strings.Split(ourRules(), "\n") {
+			if strings.HasPrefix(l, "-A FORWARD -s "+subnet.String()+" -j SLESS-") || strings.HasPrefix(l, "-A INPUT -s "+subnet.String()+" -j SLESS-") {
+				testenv.MustRun(t, "iptables", append([]string{"-w", "-t", "mangle", "-D"}, strings.Fields(l)[1:]...)...)
+			}
+		}
+		hits := canaryHits.Load()
+		t.Cleanup(func() {
+			if t.Failed() {
+				l := u.LogWithout(`"msg":"request"`)
+				t.Logf("sless up log (tail): %s", l[max(0, len(l)-6000):])
+			}
+		})
+		// Dropped, a connect would wait minutes: the call gives up after 2 s.
+		call := fmt.Sprintf("require('http').get('http://%s:%d/gated', {timeout: 2000}, r => r.resume()).on('timeout', function () { this.destroy() }).on('error', () => {})", fnGW, canaryPort)
+		pkg, _ := json.Marshal(map[string]any{"name": "gated", "version": "1.0.0", "scripts": map[string]string{"preinstall": "node -e \"" + call + "\""}})
+		u.deploy(t, "gated", "nodejs20", map[string]string{"handler.js": "exports.handle = async () => 'started'\n", "package.json": string(pkg)})
 		if code, body := u.get("/fn/" + u.c.Namespace() + "/gated"); code != 200 || body != "started" {
 			t.Fatalf("gated: %d %s", code, body)
+		}
+		if n := canaryHits.Load(); n != hits {
+			t.Errorf("the dependency install started while the chain was missing: it reached the host canary %d times", n-hits)
 		}
 		if jump() == "" {
 			t.Error("a container started while the jump was missing, and it is still missing")

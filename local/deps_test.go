@@ -1,11 +1,8 @@
 package local_test
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -28,27 +25,7 @@ import (
 // simple index that serves it).
 func wheel(t *testing.T, pkg, version, body string) (string, []byte) {
 	t.Helper()
-	dist := pkg + "-" + version + ".dist-info"
-	files := map[string]string{
-		pkg + "/__init__.py":    body,
-		dist + "/METADATA":      "Metadata-Version: 2.1\nName: " + pkg + "\nVersion: " + version + "\n",
-		dist + "/WHEEL":         "Wheel-Version: 1.0\nGenerator: sless-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-		dist + "/top_level.txt": pkg + "\n",
-	}
-	var record strings.Builder
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, n := range []string{pkg + "/__init__.py", dist + "/METADATA", dist + "/WHEEL", dist + "/top_level.txt"} {
-		w, _ := zw.Create(n)
-		w.Write([]byte(files[n]))
-		sum := sha256.Sum256([]byte(files[n]))
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", n, base64.RawURLEncoding.EncodeToString(sum[:]), len(files[n]))
-	}
-	record.WriteString(dist + "/RECORD,,\n")
-	w, _ := zw.Create(dist + "/RECORD")
-	w.Write([]byte(record.String()))
-	zw.Close()
-	return pkg + "-" + version + "-py3-none-any.whl", buf.Bytes()
+	return testenv.Wheel(pkg, version, body)
 }
 
 func TestDependencies(t *testing.T) {
@@ -195,31 +172,96 @@ func TestDependencies(t *testing.T) {
 			t.Errorf("the previous version must keep serving: %d %s (image %s, was %s)", code, body, f.Status.Image, before.Status.Image)
 		}
 	})
-	t.Run("npm from the npm registry", func(t *testing.T) {
-		npm, err := exec.LookPath("npm")
-		if err != nil {
-			testenv.Missing(t, "npm", err)
+}
+
+// Every language runtime installs with its own pip or npm, in its own runtime image: the same
+// manifest on two runtimes of one language gets two keys (the image is part of the key), so
+// python3.13 never mounts a layer pip of python3.11 installed, and each function imports its
+// dependency on its own interpreter. The packages: a wheel built here (PyPI is unreachable), and
+// is-number from the npm registry.
+func TestDependenciesOnEveryRuntime(t *testing.T) {
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		testenv.Missing(t, "npm", err)
+	}
+	ix, err := testenv.StartPipIndex("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ix.Close)
+	whlName, whl := wheel(t, "tinypkg", "1.0", "VALUE = 42\n")
+	ix.Add("tinypkg", whlName, whl)
+	dir := t.TempDir()
+	pj := `{"name":"fn","version":"1.0.0","dependencies":{"is-number":"7.0.0"}}`
+	os.WriteFile(filepath.Join(dir, "package.json"), []byte(pj), 0o644)
+	cmd := exec.Command(npm, "install", "--package-lock-only", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm install --package-lock-only: %v\n%s", err, out)
+	}
+	lock, _ := os.ReadFile(filepath.Join(dir, "package-lock.json"))
+	python := map[string]string{"requirements.txt": "tinypkg==1.0\n",
+		"handler.py": "import sys, tinypkg\ndef handle(event):\n    return {'value': tinypkg.VALUE, 'python': '%d.%d' % sys.version_info[:2]}\n"}
+	node := map[string]string{"package.json": pj, "package-lock.json": string(lock),
+		"handler.js": "const isNumber = require('is-number');\n" +
+			"exports.handle = async () => ({ five: isNumber(5), text: isNumber('x'), node: process.versions.node.split('.')[0] });\n"}
+
+	u := startUpWith(t, "--pip-index-url", ix.URL)
+	ns := u.c.Namespace()
+	byKey := map[string]string{}
+	for _, tc := range []struct {
+		runtime string
+		files   map[string]string
+		want    []string
+	}{
+		{apiv1.RuntimePython311, python, []string{`"value": 42`, `"python": "3.11"`}},
+		{apiv1.RuntimePython313, python, []string{`"value": 42`, `"python": "3.13"`}},
+		{apiv1.RuntimeNodejs20, node, []string{`"five":true`, `"text":false`, `"node":"20"`}},
+		{apiv1.RuntimeNodejs22, node, []string{`"five":true`, `"text":false`, `"node":"22"`}},
+		{apiv1.RuntimeNodejs24, node, []string{`"five":true`, `"text":false`, `"node":"24"`}},
+	} {
+		t.Run(tc.runtime, func(t *testing.T) {
+			lookups := ix.Lookups.Load()
+			name := "deps-" + strings.ReplaceAll(tc.runtime, ".", "-")
+			f := u.deploy(t, name, tc.runtime, tc.files)
+			if f.Status.Phase != apiv1.PhaseReady || f.Status.Build == nil || f.Status.Build.DepsKey == "" || f.Status.Build.DepsWarning != "" {
+				t.Fatalf("status %+v build %+v", f.Status, f.Status.Build)
+			}
+			if f.Status.Build.DepsCached {
+				t.Errorf("%s mounted a cached layer (key %s): its own installer never ran", tc.runtime, f.Status.Build.DepsKey)
+			}
+			if other, ok := byKey[f.Status.Build.DepsKey]; ok {
+				t.Errorf("%s and %s share the dependency key %s", tc.runtime, other, f.Status.Build.DepsKey)
+			}
+			byKey[f.Status.Build.DepsKey] = tc.runtime
+			if strings.HasPrefix(tc.runtime, "python") && ix.Lookups.Load() == lookups {
+				t.Errorf("the %s install never asked the index", tc.runtime)
+			}
+			code, body := u.get("/fn/" + ns + "/" + name)
+			for _, w := range tc.want {
+				if code != 200 || !strings.Contains(body, w) {
+					t.Errorf("%d %s: want %s", code, body, w)
+				}
+			}
+			// The same manifest again on this runtime is a cache hit.
+			again := u.deploy(t, name+"-b", tc.runtime, tc.files)
+			if !again.Status.Build.DepsCached || again.Status.Build.DepsKey != f.Status.Build.DepsKey {
+				t.Errorf("same manifest, same runtime: %+v", again.Status.Build)
+			}
+		})
+	}
+	t.Run("metrics per runtime", func(t *testing.T) {
+		_, m := u.Metrics("")
+		for _, rt := range []string{apiv1.RuntimePython311, apiv1.RuntimePython313, apiv1.RuntimeNodejs20, apiv1.RuntimeNodejs22, apiv1.RuntimeNodejs24} {
+			for _, want := range []string{`sless_dependency_installs_total{result="succeeded",runtime="` + rt + `"} 1`,
+				`sless_dependency_cache_hits_total{runtime="` + rt + `"} 1`} {
+				if !strings.Contains(m, want) {
+					t.Errorf("/metrics lacks %s", want)
+				}
+			}
 		}
-		dir := t.TempDir()
-		os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"name":"fn","version":"1.0.0","dependencies":{"is-number":"7.0.0"}}`), 0o644)
-		cmd := exec.Command(npm, "install", "--package-lock-only", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm install --package-lock-only: %v\n%s", err, out)
-		}
-		lock, _ := os.ReadFile(filepath.Join(dir, "package-lock.json"))
-		code := map[string]string{"handler.js": "const isNumber = require('is-number');\nexports.handle = async () => ({ five: isNumber(5), text: isNumber('x') });\n",
-			"package.json": `{"name":"fn","version":"1.0.0","dependencies":{"is-number":"7.0.0"}}`, "package-lock.json": string(lock)}
-		f := u.deploy(t, "jsd", "nodejs20", code)
-		if f.Status.Phase != apiv1.PhaseReady || f.Status.Build.DepsKey == "" || f.Status.Build.DepsWarning != "" {
-			t.Fatalf("status %+v build %+v", f.Status, f.Status.Build)
-		}
-		if c, body := u.get("/fn/" + ns + "/jsd"); c != 200 || !strings.Contains(body, `"five":true`) || !strings.Contains(body, `"text":false`) {
-			t.Fatalf("%d %s", c, body)
-		}
-		again := u.deploy(t, "jsd2", "nodejs20", code)
-		if !again.Status.Build.DepsCached || again.Status.Build.DepsKey != f.Status.Build.DepsKey {
-			t.Errorf("same lockfile: %+v", again.Status.Build)
+		if t.Failed() {
+			t.Logf("%s", grepLines(m, "sless_dep"))
 		}
 	})
 }

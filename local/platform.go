@@ -22,7 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sless-dev/sless/activator"
-	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/autoscale"
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/codestore"
@@ -130,6 +129,8 @@ type Platform struct {
 
 	ready    atomic.Bool
 	readyErr atomic.Value // string
+	// images are the runtime images Run installed (runtime name → image by digest).
+	images atomic.Pointer[map[string]string]
 }
 
 // Open prepares the platform: state, registry, code store, builder, podman. It does no slow work;
@@ -271,8 +272,21 @@ func (p *Platform) confinementRestored(r network.Restored) {
 func (p *Platform) Backend() objects.Backend {
 	return objects.Backend{Namespaces: &namespaces{Namespaces: p.db.Namespaces, p: p}, Functions: p.db.Functions, Triggers: p.db.Triggers,
 		Jobs: p.db.Jobs, Secrets: p.secrets, Invocations: p.db.Invocations, Code: p.code, Resolver: p.run, Instances: source{p.run, p.ctrl.scaler}, Scaler: p.ctrl.scaler,
-		Logs: p.run, Egress: p.egress}
+		Logs: p.run, Egress: p.egress, RuntimeImages: p}
 }
+
+// RuntimeImage is the image by digest functions of runtime rt are built on here: none before Run
+// installed the runtime images (objects.RuntimeImages).
+func (p *Platform) RuntimeImage(rt string) (string, bool) {
+	images := p.images.Load()
+	if images == nil {
+		return "", false
+	}
+	ref, ok := (*images)[rt]
+	return ref, ok
+}
+
+var _ objects.RuntimeImages = (*Platform)(nil)
 
 // source is the runner's instances, and the autoscaler's word on whether the quota stops a
 // function's scale-up (activator.ScaleLimiter).
@@ -321,6 +335,7 @@ func (p *Platform) Run(ctx context.Context) error {
 		p.readyErr.Store(err.Error())
 		return err
 	}
+	p.images.Store(&images)
 	store, err := deps.NewRegistryStore(p.reg.Addr()+"/sless/deps", remote.WithAuthFromKeychain(p.RegistryKeychain()))
 	if err != nil {
 		return err
@@ -328,7 +343,7 @@ func (p *Platform) Run(ctx context.Context) error {
 	pipeline, err := build.New(p.code, p.builder, build.WithRegistry(p.reg.Addr()), build.WithRuntimes(images),
 		build.WithDeps(deps.NewCache(store, &depsResolver{p: p}, p.db, p.cfg.DataDir)),
 		// Installers get the indexes without credentials: the proxy adds them upstream.
-		build.WithIndex(apiv1.RuntimePython311, indexproxy.Sanitize(p.cfg.PipIndexURL)), build.WithIndex(apiv1.RuntimeNodejs20, indexproxy.Sanitize(p.cfg.NPMRegistry)),
+		build.WithIndex("python", indexproxy.Sanitize(p.cfg.PipIndexURL)), build.WithIndex("node", indexproxy.Sanitize(p.cfg.NPMRegistry)),
 		build.WithObserver(p.observeBuild), build.WithTempDir(p.cfg.DataDir))
 	if err != nil {
 		return err

@@ -57,7 +57,7 @@ func TestUpgradeAdoptsAnEarlierVersion(t *testing.T) {
 	}
 	// The earlier version put the user's variables on the command line (no SLESS_ENV_FILE).
 	for _, e := range inspected[0].Config.Env {
-		if !strings.HasPrefix(e, "SLESS_ENV_FILE=") {
+		if !strings.HasPrefix(e, "SLESS_ENV_FILE=") && !strings.HasPrefix(e, "SLESS_ENV_SH=") {
 			args = append(args, "-e", e)
 		}
 	}

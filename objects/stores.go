@@ -174,7 +174,28 @@ type Backend struct {
 	Serving *ServingView
 	// Egress keeps the namespaces' egress rules (GET/PUT …/egress); nil answers 503 there.
 	Egress Egress
+	// RuntimeImages, when set, says which runtime image, by digest, this install builds each
+	// runtime's functions on (GET /v1/runtimes shows it); nil lists the runtimes without images.
+	RuntimeImages RuntimeImages
 }
+
+// RuntimeImages are the runtime images a backend builds functions on (build.Pipeline is one).
+type RuntimeImages interface {
+	// RuntimeImage is the image by digest functions of runtime rt are built on, if the install has one.
+	RuntimeImage(rt string) (image string, ok bool)
+}
+
+// RuntimeImageMap is RuntimeImages from a fixed map of runtime names to images by digest (the
+// operator's --runtime flags).
+type RuntimeImageMap map[string]string
+
+// RuntimeImage implements RuntimeImages.
+func (m RuntimeImageMap) RuntimeImage(rt string) (string, bool) {
+	ref, ok := m[rt]
+	return ref, ok
+}
+
+var _ RuntimeImages = RuntimeImageMap(nil)
 
 // ServingView is the read side /fn/ needs per request.
 type ServingView struct {

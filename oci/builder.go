@@ -55,8 +55,12 @@ type Source struct {
 	ZipSHA256 string
 	// Dir is a directory tree of code.
 	Dir fs.FS
-	// Handler becomes HANDLER (python "module.function", node "file.export").
+	// Handler becomes HANDLER (python "module.function", node "file.export"; a provided bootstrap
+	// may read it or not).
 	Handler string
+	// Executable, when set, is a file the code must hold at its root with an execute bit (a
+	// provided function's bootstrap): layers.ErrNotExecutable otherwise.
+	Executable string
 	// Function, Namespace and Runtime become dev.sless.* labels when set.
 	Function, Namespace, Runtime string
 	// Deps is the cached dependency layer (deps.Cache), placed between the runtime and the code;
@@ -166,6 +170,9 @@ func (b *Builder) Build(ctx context.Context, src Source) (*Result, error) {
 	}
 	layerMT := bs.layerMediaType()
 	lopts := append([]layers.Option{layers.WithModTime(b.o.modTime), layers.WithMediaType(layerMT)}, b.o.layerOpts...)
+	if src.Executable != "" {
+		lopts = append(lopts, layers.WithExecutable(src.Executable))
+	}
 
 	b.report("layer", "layering code")
 	var code *layers.Layer
@@ -270,6 +277,20 @@ func (b *Builder) resolve(ctx context.Context, runtimeRef string) (*base, error)
 		}
 		if err != nil {
 			return nil, err
+		}
+		// The descriptor keeps this build's ctx for what it fetches later: read the manifest and
+		// config now, which remote caches, so that a build that fails after resolving (code
+		// refused by layers) leaves no base behind that only answers "context canceled". An
+		// index's children are still fetched per build.
+		if bs.img != nil {
+			if _, err := bs.img.Manifest(); err != nil {
+				return nil, fmt.Errorf("reading runtime image %s: %w", ref, err)
+			}
+			if _, err := bs.img.ConfigFile(); err != nil {
+				return nil, fmt.Errorf("reading runtime image %s config: %w", ref, err)
+			}
+		} else if _, err := bs.idx.IndexManifest(); err != nil {
+			return nil, fmt.Errorf("reading runtime index %s: %w", ref, err)
 		}
 		b.mu.Lock()
 		defer b.mu.Unlock()

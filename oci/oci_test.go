@@ -689,3 +689,29 @@ func TestTagsAndCatalog(t *testing.T) {
 		t.Errorf("Catalog read %d pages, want the test to cover more than one", pages)
 	}
 }
+
+// A build refused after the runtime image was resolved (here: no executable bootstrap, with a
+// ctx that ends with the build, as the pipeline's does) leaves the cached runtime usable: the next
+// build on it succeeds rather than failing with "context canceled".
+func TestRefusedBuildLeavesRuntimeUsable(t *testing.T) {
+	base := pushBase(t, "runtimes/refused", baseImage(t, "amd64"))
+	b, err := oci.NewBuilder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := zipSource(base, zipOf(t, map[string]string{"handler.py": "x"}))
+	src.Executable = "bootstrap"
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err = b.Build(ctx, src)
+	cancel()
+	if !errors.Is(err, layers.ErrNotExecutable) {
+		t.Fatalf("err %v, want ErrNotExecutable", err)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	res, err := b.Build(ctx2, zipSource(base, zipOf(t, map[string]string{"handler.py": "x"})))
+	if err != nil {
+		t.Fatalf("the next build on the same runtime: %v", err)
+	}
+	res.Close()
+}

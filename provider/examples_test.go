@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -66,6 +67,16 @@ func TestExamples(t *testing.T) {
 				t.Errorf("job_result %q, want {\"sum\":600}", o["job_result"])
 			}
 		}},
+		{"hello-go", func(t *testing.T, o map[string]string) {
+			code, body := u.Get(strings.TrimPrefix(o["url"], u.URL) + "/any/path?name=tf")
+			var got map[string]any
+			if code != 200 || json.Unmarshal([]byte(body), &got) != nil || got["message"] != "hello from go, tf" || got["path"] != "/any/path" || got["runtime"] != "provided" {
+				t.Errorf("url %s: %d %s", o["url"], code, body)
+			}
+			if !strings.Contains(o["image"], "@sha256:") {
+				t.Errorf("image %q", o["image"])
+			}
+		}},
 		{"secrets", func(t *testing.T, o map[string]string) {
 			code, body := u.Get(strings.TrimPrefix(o["url"], u.URL))
 			// len("example-token-0123456789"), sha256 of the example certificate
@@ -81,6 +92,9 @@ func TestExamples(t *testing.T) {
 			dir := t.TempDir()
 			if out, err := exec.Command("cp", "-r", filepath.Join(testenv.ModuleRoot(), "examples", tc.example)+"/.", dir).CombinedOutput(); err != nil {
 				t.Fatalf("copying: %v %s", err, out)
+			}
+			if tc.example == "hello-go" {
+				buildHelloGo(t, dir)
 			}
 			if out, code := run(t, dir, "apply", "-auto-approve", "-input=false"); code != 0 {
 				t.Fatalf("terraform apply: exit %d\n%s\n%s", code, out, u.LogTail())
@@ -105,6 +119,16 @@ func TestExamples(t *testing.T) {
 				t.Errorf("functions left after destroy: %v", fs)
 			}
 		})
+	}
+}
+
+// buildHelloGo builds examples/hello-go's server with the machine's Go into the example's code
+// dir, as its README says: the binary is never committed.
+func buildHelloGo(t *testing.T, dir string) {
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "code", "bootstrap"), ".")
+	cmd.Dir, cmd.Env = filepath.Join(dir, "src"), append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building hello-go: %v\n%s", err, out)
 	}
 }
 

@@ -2,11 +2,13 @@ package provider
 
 import (
 	"context"
+	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/client"
 )
 
@@ -53,7 +55,7 @@ func (d *FunctionDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 		Description: "Reads a function of the caller's namespace.",
 		Attributes: map[string]schema.Attribute{
 			"name":             schema.StringAttribute{Required: true},
-			"runtime":          computed("python3.11 or nodejs20."),
+			"runtime":          computed("The runtime: " + strings.Join(apiv1.Runtimes(), ", ") + "."),
 			"entrypoint":       computed("module.function or file.export."),
 			"memory_mb":        schema.Int64Attribute{Computed: true},
 			"timeout_sec":      schema.Int64Attribute{Computed: true},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -104,7 +105,8 @@ func (r *FunctionResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			"id": schema.StringAttribute{Computed: true, PlanModifiers: keep(), Description: "The function's name."},
 			"name": schema.StringAttribute{Required: true, Validators: []validator.String{nameValidator},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()}, Description: "Name (a DNS-1123 label); changing it replaces the function."},
-			"runtime": schema.StringAttribute{Required: true, Validators: []validator.String{runtimeValidator}, Description: strings.Join(apiv1.Runtimes(), " or ") + "."},
+			"runtime": schema.StringAttribute{Required: true, Validators: []validator.String{runtimeValidator, runtimeLifecycleValidator},
+				Description: strings.Join(apiv1.Runtimes(), " or ") + ". A deprecated runtime plans and applies with a warning naming its replacement; moving to another runtime is an in-place update (the code is rebuilt on it)."},
 			"entrypoint": schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString(apiv1.DefaultEntrypoint),
 				Validators: []validator.String{entrypointValidator}, Description: "module.function (python) or file.export (node)."},
 			"source_dir": schema.StringAttribute{Optional: true, Description: "Directory of the code; zipped deterministically, so unchanged files plan no change.",
@@ -351,6 +353,15 @@ func waitServing(ctx context.Context, c *client.Client, events *client.EventWatc
 	}
 }
 
+// platformWarnings returns ctx whose API calls add the warnings the platform answers with (a
+// function on a deprecated runtime, or kept on a blocked one: the text names the replacement) to
+// diags, as warnings of the runtime attribute.
+func platformWarnings(ctx context.Context, diags *diag.Diagnostics) context.Context {
+	return client.ContextWithWarningHandler(ctx, func(text string) {
+		diags.AddAttributeWarning(path.Root("runtime"), "The platform warns", text)
+	})
+}
+
 func (r *FunctionResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var m functionModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
@@ -362,6 +373,7 @@ func (r *FunctionResource) Create(ctx context.Context, req resource.CreateReques
 		resp.Diagnostics.AddError("Invalid function settings", err.Error())
 		return
 	}
+	ctx = platformWarnings(ctx, &resp.Diagnostics)
 	events := r.watchEvents(ctx, spec.Name)
 	f, err := r.c.CreateFunction(ctx, spec)
 	if client.IsAlreadyExists(err) {
@@ -413,6 +425,7 @@ func (r *FunctionResource) Update(ctx context.Context, req resource.UpdateReques
 		resp.Diagnostics.AddError("Invalid function settings", err.Error())
 		return
 	}
+	ctx = platformWarnings(ctx, &resp.Diagnostics)
 	events := r.watchEvents(ctx, spec.Name)
 	f, err := r.c.UpdateFunction(ctx, spec)
 	if err != nil {

@@ -44,6 +44,40 @@ var nameValidator = stringCheck{fmt.Sprintf("a DNS-1123 label: lower-case letter
 
 var runtimeValidator = stringCheck{"a runtime: " + strings.Join(apiv1.Runtimes(), ", "), apiv1.ValidRuntime}
 
+// runtimeLifecycleValidator warns at plan time of a runtime the catalog deprecates (or blocks by
+// its date), naming the replacement: the lifecycle as this provider's apiv1 knows it. What an
+// install blocks itself (--block-runtime) the server says at apply.
+var runtimeLifecycleValidator validator.String = runtimeLifecycle{}
+
+type runtimeLifecycle struct{}
+
+func (runtimeLifecycle) Description(context.Context) string {
+	return "warns of a deprecated runtime, naming its replacement"
+}
+func (r runtimeLifecycle) MarkdownDescription(ctx context.Context) string { return r.Description(ctx) }
+
+func (runtimeLifecycle) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	rt, ok := apiv1.RuntimePolicy{}.Lookup(req.ConfigValue.ValueString())
+	if !ok {
+		return // runtimeValidator's error
+	}
+	move := "a supported runtime"
+	if rt.Replacement != "" {
+		move = fmt.Sprintf("%s (runtime = %q: an in-place update, the code rebuilt on it)", rt.Replacement, rt.Replacement)
+	}
+	switch rt.Status {
+	case apiv1.RuntimeDeprecated:
+		resp.Diagnostics.AddAttributeWarning(req.Path, "Deprecated runtime "+rt.Name,
+			fmt.Sprintf("Runtime %s is deprecated since %s and will be blocked: move to %s.", rt.Name, rt.DeprecatedSince, move))
+	case apiv1.RuntimeBlocked:
+		resp.Diagnostics.AddAttributeWarning(req.Path, "Blocked runtime "+rt.Name,
+			fmt.Sprintf("Runtime %s is blocked since %s: no new function may use it; functions on it keep running. Move to %s.", rt.Name, rt.BlockedSince, move))
+	}
+}
+
 var entrypointValidator = stringCheck{"module.function (python) or file.export (node)", apiv1.ValidEntrypoint}
 
 var memoryValidator = int64validator.Between(apiv1.MinMemoryMB, apiv1.MaxMemoryMB)

@@ -77,12 +77,16 @@ const (
 	// without putting them on a command line (podman's arguments are visible to every process of
 	// the host).
 	EnvFile = "SLESS_ENV_FILE"
+	// EnvShellFile names the same variables as EnvFile in a POSIX shell file of `export NAME='value'`
+	// lines: what the provided runtime's /bin/sh sources before it execs the upload's bootstrap, so
+	// a bootstrap in any language gets them as ordinary environment variables.
+	EnvShellFile = "SLESS_ENV_SH"
 )
 
 // reserved are set by the platform or the runtime image; a user's value would break the runtime.
 var reserved = map[string]bool{"HANDLER": true, EnvPort: true, EnvHost: true, "FUNCTION_DIR": true,
 	EnvTimeoutSec: true, "MAX_BODY_BYTES": true, EnvGraceSec: true, EnvJobMode: true, EnvEventJSON: true,
-	EnvTerminationLog: true, EnvCronJob: true, EnvFile: true, "PYTHONPATH": true, "NODE_PATH": true}
+	EnvTerminationLog: true, EnvCronJob: true, EnvFile: true, EnvShellFile: true, "PYTHONPATH": true, "NODE_PATH": true}
 
 // Reserved reports whether name is set by the platform, so a user may not set it.
 func Reserved(name string) bool { return reserved[name] }
@@ -224,4 +228,32 @@ func SplitFunctionHost(domain, host string) (ns, name string, under, ok bool) {
 		return "", "", true, false
 	}
 	return label[i+2:], label[:i], true, true
+}
+
+// ShellEnv renders vars as a POSIX shell file of `export NAME='value'` lines (EnvShellFile), sorted
+// by name. Values are single-quoted (a quote inside is closed, escaped and reopened), so no value
+// is ever expanded or run; a name that is not a shell identifier (the API admits none) is left
+// out, and so is a value holding a NUL byte, which no environment can carry.
+func ShellEnv(vars map[string]string) []byte {
+	names := make([]string, 0, len(vars))
+	for k := range vars {
+		if shellName(k) && !strings.ContainsRune(vars[k], 0) {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, k := range names {
+		b.WriteString("export " + k + "='" + strings.ReplaceAll(vars[k], "'", `'\''`) + "'\n")
+	}
+	return []byte(b.String())
+}
+
+func shellName(k string) bool {
+	for i, c := range k {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return k != ""
 }

@@ -2,6 +2,9 @@ package runspec_test
 
 import (
 	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -116,5 +119,38 @@ func TestFunctionHost(t *testing.T) {
 	}
 	if _, ok := runspec.FunctionHost(d, "sless-0123456789abcdef", strings.Repeat("x", 40)); ok {
 		t.Error("a 64-character label")
+	}
+}
+
+// ShellEnv's file, sourced by a real /bin/sh, gives back every value byte for byte: quotes,
+// newlines, $(…), backticks and globs are data, never run.
+func TestShellEnvRoundTrip(t *testing.T) {
+	vars := map[string]string{
+		"PLAIN": "hello", "QUOTE": `it's "quoted" \ back`, "LINES": "a\nb\n\n", "EXPAND": "$(touch /tmp/pwned) `id` ${HOME} *",
+		"EMPTY": "", "EVENT_JSON": `{"input":{"n":1},"s":"'; rm -rf / #"}`, "_u9": "x",
+		"bad-name": "skipped", "9LEAD": "skipped", "NUL": "a\x00b",
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "env.sh")
+	if err := os.WriteFile(file, runspec.ShellEnv(vars), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range vars {
+		out, err := exec.Command("/bin/sh", "-c", `. "$1" && printf '%s' "${2:+}" && eval "printf '%s' \"\${$2-UNSET}\""`, "sh", file, name).CombinedOutput()
+		switch {
+		case name == "bad-name":
+			continue // not a variable name sh could hold
+		case name == "9LEAD" || name == "NUL":
+			if err == nil && string(out) != "UNSET" {
+				t.Errorf("%s: %q was exported", name, out)
+			}
+			continue
+		}
+		if err != nil || string(out) != want {
+			t.Errorf("%s: got %q (%v), want %q", name, out, err, want)
+		}
+	}
+	if _, err := os.Stat("/tmp/pwned"); err == nil {
+		t.Error("a value was run")
 	}
 }

@@ -1,5 +1,5 @@
 // Package runtimes holds the function runtimes: the HTTP servers that wrap a user's handler
-// (python3.11/server.py, nodejs20/server.js, embedded here) and the catalog that says, per runtime,
+// (python/server.py for every python runtime, node/server.js for every nodejs one, embedded here) and the catalog that says, per runtime,
 // how its image is made and run. Which runtimes exist is apiv1's (the wire contract); this package
 // implements each of them. The server contract is runtimes/README.md.
 package runtimes

@@ -21,9 +21,9 @@ import (
 	"github.com/sless-dev/sless/internal/testenv"
 )
 
-// TestExamplesInPodman is the whole builder path for real: the language bases from hack/ (Debian
-// packages), `sless runtime build` onto them, `sless build` of examples/hello-*, then each image run
-// by podman and answered over HTTP.
+// TestExamplesInPodman is the whole builder path for real, for every language runtime: the language
+// bases from hack/ (Debian packages; node from the npm registry), `sless runtime build` onto them,
+// `sless build` of examples/hello-*, then each image run by podman and answered over HTTP.
 func TestExamplesInPodman(t *testing.T) {
 	podman := testenv.NewPodman(t)
 	reg := testenv.Registry(t)
@@ -32,7 +32,11 @@ func TestExamplesInPodman(t *testing.T) {
 		runtime, example string
 	}{
 		{"python3.11", "hello-python"},
+		{"python3.13", "hello-python"},
 		{"nodejs20", "hello-node"},
+		{"nodejs22", "hello-node"},
+		{"nodejs24", "hello-node"},
+		{"provided", "hello-go"},
 	} {
 		t.Run(tc.runtime, func(t *testing.T) {
 			ctx := context.Background()
@@ -45,8 +49,11 @@ func TestExamplesInPodman(t *testing.T) {
 
 			runtimeRef := run(t, sless, "runtime", "build", "--quiet", "--runtime", tc.runtime, "--base", baseRef, "--to", reg+"/sless/runtime-"+tc.runtime+":latest")
 			src, _ := filepath.Abs(filepath.Join("..", "examples", tc.example, "code"))
+			if tc.runtime == "provided" {
+				src = buildBootstrap(t, tc.example)
+			}
 			image := run(t, sless, "build", "--quiet", "--runtime-image", runtimeRef, "--src", src, "--handler", "handler.handle",
-				"--function", tc.example, "--namespace", "test", "--runtime", tc.runtime, "--to", reg+"/fn/"+tc.example+":latest")
+				"--function", tc.example, "--namespace", "test", "--runtime", tc.runtime, "--to", reg+"/fn/"+tc.example+"-"+tc.runtime+":latest")
 			if !strings.Contains(image, "@sha256:") {
 				t.Fatalf("sless build printed %q", image)
 			}
@@ -92,6 +99,18 @@ func TestExamplesInPodman(t *testing.T) {
 			if err != nil || !strings.HasPrefix(string(out), "65532\n") || !strings.Contains(string(out), "read-only") {
 				t.Errorf("uid / read-only check: %v %q", err, out)
 			}
+			// The image runs the runtime's own interpreter (its base), not another release.
+			// provided has no language: neither interpreter is in its image.
+			version, want := `python3 -c 'import sys; print("python%d.%d" % sys.version_info[:2])'`, tc.runtime
+			switch {
+			case strings.HasPrefix(tc.runtime, "nodejs"):
+				version = `node -p '"nodejs" + process.versions.node.split(".")[0]'`
+			case tc.runtime == "provided":
+				version, want = `command -v python3 node || echo none`, "none"
+			}
+			if out, err := podman.Command(ctx, "exec", cname, "sh", "-c", version).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != want {
+				t.Errorf("the %s image's interpreter: %v %q", tc.runtime, err, out)
+			}
 			// Per-request cost through the runtime server on loopback.
 			var ds []time.Duration
 			client := &http.Client{}
@@ -110,6 +129,19 @@ func TestExamplesInPodman(t *testing.T) {
 				tc.runtime, float64(size)/1e6, coldStart.Milliseconds(), ds[len(ds)/2].Microseconds(), ds[len(ds)*99/100].Microseconds())
 		})
 	}
+}
+
+// buildBootstrap builds examples/<example>/src (a provided function's Go server) with the
+// machine's Go into a fresh code directory as its executable bootstrap; it returns the directory.
+func buildBootstrap(t *testing.T, example string) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "bootstrap"), ".")
+	cmd.Dir, cmd.Env = filepath.Join("..", "examples", example, "src"), append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v\n%s", example, err, out)
+	}
+	return dir
 }
 
 func buildSless(t *testing.T) string {

@@ -1,6 +1,7 @@
 package apitest
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -11,6 +12,7 @@ import (
 	"encoding/pem"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -279,6 +281,89 @@ func testBadUploads(t *testing.T, bk Backend) {
 		}
 		e.assertNoCode(t)
 	})
+}
+
+// testProvidedUploads: a provided function's upload must hold an executable regular file
+// `bootstrap` at its root. Each bad case is 400 invalid_archive naming bootstrap, with nothing
+// stored and nothing recorded; a good one is taken, and the same archive on a python function is
+// fine (the rule is the runtime's).
+func testProvidedUploads(t *testing.T, bk Backend) {
+	e := NewEnv(t, bk)
+	e.Ensure()
+	ctx := context.Background()
+	if _, err := e.C.CreateFunction(ctx, apiv1.Function{Name: "own", Runtime: apiv1.RuntimeProvided}); err != nil {
+		t.Fatal(err)
+	}
+	upload := func(fn string, body []byte) (int, string, []byte) {
+		return e.Raw("POST", "/v1/namespaces/"+e.NS+"/functions/"+fn+"/upload", e.Token, "application/zip", body)
+	}
+	for _, tc := range []struct {
+		name  string
+		files []ModeFile
+	}{
+		{"no bootstrap", []ModeFile{{Name: "main", Body: "\x7fELF", Mode: 0o755}}},
+		{"bootstrap in a subdirectory", []ModeFile{{Name: "bin/bootstrap", Body: "#!/bin/sh\n", Mode: 0o755}}},
+		{"bootstrap not executable", []ModeFile{{Name: "bootstrap", Body: "#!/bin/sh\n", Mode: 0o644}}},
+		{"bootstrap a directory", []ModeFile{{Name: "bootstrap/", Mode: os.ModeDir | 0o755}, {Name: "bootstrap/run", Body: "x", Mode: 0o755}}},
+		{"bootstrap a symlink", []ModeFile{{Name: "bootstrap", Body: "/bin/sh", Mode: os.ModeSymlink | 0o777}}},
+		{"only a package.json", []ModeFile{{Name: "package.json", Body: `{"dependencies":{"left-pad":"1.3.0"}}`}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, ecode, b := upload("own", ZipModes(t, tc.files...))
+			if code != 400 || ecode != apiv1.CodeInvalidArchive || !strings.Contains(string(b), "bootstrap") {
+				t.Errorf("%d %s %s; want 400 %s naming bootstrap", code, ecode, b, apiv1.CodeInvalidArchive)
+			}
+			e.assertNoCode(t)
+			if f, _ := e.C.GetFunction(ctx, "own"); f.Status.CodeSHA256 != "" {
+				t.Errorf("the function recorded code %s", f.Status.CodeSHA256)
+			}
+		})
+	}
+	// The same bootstrap-less archive is a python function's business, not refused.
+	e.Function("py")
+	if code, ecode, b := upload("py", ZipModes(t, ModeFile{Name: "handler.py", Body: "def handle(e): return e\n"})); code != 202 {
+		t.Errorf("python upload: %d %s %s", code, ecode, b)
+	}
+	// A good one: an executable bootstrap (setuid in the zip: taken, and dropped by the layer).
+	good := ZipModes(t, ModeFile{Name: "bootstrap", Body: "#!/bin/sh\nexec /app/function/server\n", Mode: os.ModeSetuid | 0o755},
+		ModeFile{Name: "server", Body: "\x7fELF", Mode: 0o755}, ModeFile{Name: "package.json", Body: "{}"})
+	code, ecode, b := upload("own", good)
+	if code != 202 {
+		t.Fatalf("good provided upload: %d %s %s", code, ecode, b)
+	}
+	if f, _ := e.C.GetFunction(ctx, "own"); f.Status.CodeSHA256 == "" {
+		t.Error("the good upload was not recorded")
+	}
+}
+
+// ModeFile is one entry of ZipModes: a name ending in "/" is a directory; Mode carries the Unix
+// mode (and type bits: os.ModeSymlink makes Body the link's target).
+type ModeFile struct {
+	Name, Body string
+	Mode       os.FileMode
+}
+
+// ZipModes makes a zip whose entries carry Unix modes, in the order given.
+func ZipModes(t testing.TB, files ...ModeFile) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, f := range files {
+		h := &zip.FileHeader{Name: f.Name, Method: zip.Deflate}
+		if f.Mode == 0 {
+			f.Mode = 0o644
+		}
+		h.SetMode(f.Mode)
+		w, err := zw.CreateHeader(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte(f.Body))
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 // chunked is a body of unknown length (sent chunked).

@@ -48,6 +48,8 @@ type Controller interface {
 // Memstore is the in-memory backend of unit tests.
 var Memstore = Backend{Name: "memstore", New: func(t testing.TB, code codestore.Store, r objects.Resolver) (objects.Backend, Controller) {
 	b, st := memstore.Backend(code, r)
+	b.RuntimeImages = objects.RuntimeImageMap{"python3.11": "registry.test/sless/runtime/python3.11@sha256:" + strings.Repeat("1", 64),
+		"nodejs22": "registry.test/sless/runtime/nodejs22@sha256:" + strings.Repeat("2", 64)}
 	return b, memController{st}
 }}
 
@@ -106,6 +108,9 @@ type Env struct {
 	C        *client.Client
 	// Logs are the instances' logs the API reads (the backend's own are replaced).
 	Logs *FakeLogs
+
+	backend  string // Backend.Name
+	verifier *auth.Verifier
 }
 
 var tenants atomic.Int64
@@ -138,6 +143,23 @@ func NewEnvWith(t testing.TB, b Backend, code codestore.Store, codeDir string, v
 		backend.Logs = logs
 	}
 	subject := fmt.Sprintf("alice-%d@example.com", tenants.Add(1))
+	s, url := serve(t, b.Name, backend, v, opts...)
+	token, err := auth.IssueHS256(Secret, subject, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(url, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Env{T: t, URL: url, Srv: s, Be: backend, Ctrl: ctrl, Subject: subject, CodeDir: codeDir, Resolver: res, Token: token, NS: c.Namespace(), C: c,
+		Logs: logs, backend: b.Name, verifier: v}
+}
+
+// serve starts an API server on backend, checked against the OpenAPI document, and returns it
+// and its URL.
+func serve(t testing.TB, name string, backend objects.Backend, v *auth.Verifier, opts ...api.Option) (*api.Server, string) {
+	t.Helper()
 	opts = append([]api.Option{api.WithVerifier(v), api.WithTempDir(t.TempDir())}, opts...)
 	s, err := api.New(backend, opts...)
 	if err != nil {
@@ -145,22 +167,27 @@ func NewEnvWith(t testing.TB, b Backend, code codestore.Store, codeDir string, v
 	}
 	h := s.Handler()
 	if _, bench := t.(*testing.B); !bench {
-		h = checkOpenAPI(t.Errorf, OpenAPIStats(b.Name), h) // see openapi.go
+		h = checkOpenAPI(t.Errorf, OpenAPIStats(name), h) // see openapi.go
 	}
 	hs := httptest.NewUnstartedServer(h)
 	hs.Config = api.NewHTTPServer("", h, nil)
 	hs.Start()
 	t.Cleanup(hs.Close)
-	token, err := auth.IssueHS256(Secret, subject, time.Hour)
+	return s, hs.URL
+}
+
+// Restarted is the same tenant on another API server of the same stores, made with opts (and
+// the verifier of e): the install restarted with other flags, its functions kept.
+func (e *Env) Restarted(opts ...api.Option) *Env {
+	e.T.Helper()
+	s, url := serve(e.T, e.backend, e.Be, e.verifier, opts...)
+	c, err := client.New(url, e.Token)
 	if err != nil {
-		t.Fatal(err)
+		e.T.Fatal(err)
 	}
-	c, err := client.New(hs.URL, token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &Env{T: t, URL: hs.URL, Srv: s, Be: backend, Ctrl: ctrl, Subject: subject, CodeDir: codeDir, Resolver: res, Token: token, NS: c.Namespace(), C: c,
-		Logs: logs}
+	o := *e
+	o.Srv, o.URL, o.C = s, url, c
+	return &o
 }
 
 // Tenant is another caller of the same server, with a namespace of its own.

@@ -15,6 +15,7 @@ func Run(t *testing.T, b Backend) {
 		{"TokensRefused", testTokensRefused},
 		{"InvalidSpecs", testInvalidSpecs},
 		{"BadUploads", testBadUploads},
+		{"ProvidedUploads", testProvidedUploads},
 		{"GenerationsAndStatus", testGenerationsAndStatus},
 		{"ProxyHeadersAndPaths", testProxyHeadersAndPaths},
 		{"ProxyErrors", testProxyErrors},
@@ -36,6 +37,7 @@ func Run(t *testing.T, b Backend) {
 		{"LogReadsBounded", testLogReadsBounded},
 		{"BuildLogAndEvents", testBuildLogAndEvents},
 		{"Secrets", testSecrets},
+		{"Runtimes", testRuntimes},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, b) })
 	}

@@ -72,6 +72,10 @@ const (
 	ReasonReady                  = "Ready"                  // the new version serves
 	ReasonFailed                 = "Failed"                 // a build or start failed (Message says which and why)
 
+	// Warnings the API records when a function is created or updated (RuntimePolicy.Admit).
+	ReasonRuntimeDeprecated = "RuntimeDeprecated" // its runtime is deprecated: move to the replacement
+	ReasonRuntimeBlocked    = "RuntimeBlocked"    // its runtime is blocked: it keeps running, no new function may use it
+
 	// Condition reasons that are states rather than steps.
 	ReasonPending       = "Pending"       // no code uploaded yet
 	ReasonDisabled      = "Disabled"      // its http triggers switch it off: no instance runs
@@ -81,7 +85,7 @@ const (
 
 // Reasons are every reason a function's events and conditions carry, on both backends.
 var Reasons = []string{ReasonStored, ReasonInstallingDependencies, ReasonBuilding, ReasonPushing, ReasonBuilt, ReasonStarting,
-	ReasonReady, ReasonFailed, ReasonPending, ReasonDisabled, ReasonDeleting, ReasonQuotaExceeded}
+	ReasonReady, ReasonFailed, ReasonPending, ReasonDisabled, ReasonDeleting, ReasonQuotaExceeded, ReasonRuntimeDeprecated, ReasonRuntimeBlocked}
 
 // ParseSince reads GET …/logs?since=: an RFC 3339 time, or a duration back from now such as "5m"
 // or "1h30m" (kubectl logs --since).

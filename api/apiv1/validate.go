@@ -37,10 +37,18 @@ const (
 	EnvNamePattern    = `^[A-Za-z_][A-Za-z0-9_]*$`
 )
 
-// Runtimes a function may name.
+// Runtimes a function may name (their lifecycle: runtimes.go).
 const (
 	RuntimePython311 = "python3.11"
+	RuntimePython313 = "python3.13"
 	RuntimeNodejs20  = "nodejs20"
+	RuntimeNodejs22  = "nodejs22"
+	RuntimeNodejs24  = "nodejs24"
+	// RuntimeProvided runs the upload's own executable `bootstrap` on a minimal Debian.
+	RuntimeProvided = "provided"
+	// ProvidedBootstrap is the executable a provided function's upload holds at its root; an
+	// upload without it (or with it not executable) is 400 invalid_archive.
+	ProvidedBootstrap = "bootstrap"
 )
 
 var (
@@ -49,8 +57,15 @@ var (
 	envNameRE    = regexp.MustCompile(EnvNamePattern)
 )
 
-// Runtimes lists the supported runtimes, sorted.
-func Runtimes() []string { return []string{RuntimeNodejs20, RuntimePython311} }
+// Runtimes lists every runtime a function may name (supported, deprecated or blocked), sorted.
+func Runtimes() []string {
+	out := make([]string, 0, len(runtimeTable))
+	for _, r := range runtimeTable {
+		out = append(out, r.Name)
+	}
+	slices.Sort(out)
+	return out
+}
 
 func invalid(format string, args ...any) *Error { return Errorf(CodeInvalidArgument, format, args...) }
 

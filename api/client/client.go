@@ -24,6 +24,7 @@ type Client struct {
 	namespace string
 	hc        *http.Client
 	userAgent string
+	warnings  WarningHandler
 }
 
 // Option configures a Client.
@@ -38,6 +39,48 @@ func WithNamespace(ns string) Option { return func(c *Client) { c.namespace = ns
 
 // WithUserAgent sets the User-Agent header. The default is "sless-client".
 func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
+
+// WarningHandler is told the text of each warning an answer carries (its `Warning: 299` headers,
+// apiv1.ParseWarnings): a request the API admitted with a warning, such as a function on a
+// deprecated runtime. It is called before the method that sent the request returns.
+type WarningHandler func(text string)
+
+// WithWarningHandler sets what is told the warnings of every answer whose request's context has
+// no handler of its own (ContextWithWarningHandler). The default drops them.
+func WithWarningHandler(h WarningHandler) Option { return func(c *Client) { c.warnings = h } }
+
+type warningsKey struct{}
+
+// ContextWithWarningHandler returns ctx whose requests tell their answers' warnings to h instead
+// of the client's handler (WithWarningHandler): a caller sharing one client (the Terraform
+// provider's resources) collects the warnings of its own calls.
+func ContextWithWarningHandler(ctx context.Context, h WarningHandler) context.Context {
+	return context.WithValue(ctx, warningsKey{}, h)
+}
+
+// WarningHandlerFromContext is ctx's handler (ContextWithWarningHandler), or nil.
+func WarningHandlerFromContext(ctx context.Context) WarningHandler {
+	h, _ := ctx.Value(warningsKey{}).(WarningHandler)
+	return h
+}
+
+// warn tells the warnings of resp to ctx's handler, else the client's.
+func (c *Client) warn(ctx context.Context, resp *http.Response) {
+	texts := apiv1.ParseWarnings(resp.Header.Values("Warning"))
+	if len(texts) == 0 {
+		return
+	}
+	h := WarningHandlerFromContext(ctx)
+	if h == nil {
+		h = c.warnings
+	}
+	if h == nil {
+		return
+	}
+	for _, t := range texts {
+		h(t)
+	}
+}
 
 // New makes a client for endpoint (e.g. "http://127.0.0.1:8080") authenticating with token.
 func New(endpoint, token string, opts ...Option) (*Client, error) {
@@ -137,6 +180,7 @@ func (c *Client) do(ctx context.Context, method, path, ctype string, body io.Rea
 	if resp.StatusCode >= 300 {
 		return parseError(resp)
 	}
+	c.warn(ctx, resp)
 	if out == nil {
 		io.Copy(io.Discard, resp.Body)
 		return nil
@@ -184,6 +228,14 @@ func (c *Client) EnsureNamespace(ctx context.Context) error {
 // DeleteNamespace removes the caller's namespace; it fails with conflict while functions remain.
 func (c *Client) DeleteNamespace(ctx context.Context) error {
 	return c.doJSON(ctx, http.MethodDelete, c.nsPath(""), nil, nil)
+}
+
+// Runtimes lists the install's runtimes (GET /v1/runtimes): each one's status (supported,
+// deprecated, blocked), its replacement and the image by digest functions are built on there.
+func (c *Client) Runtimes(ctx context.Context) ([]apiv1.Runtime, error) {
+	var l apiv1.RuntimeList
+	err := c.doJSON(ctx, http.MethodGet, "/v1/runtimes", nil, &l)
+	return l.Items, err
 }
 
 // ListFunctions lists the namespace's functions.

@@ -249,6 +249,9 @@ func failedStage(evs []apiv1.Event, msg string) (stage, message string) {
 			msg = evs[i].Message
 		}
 		for j := i - 1; j >= 0; j-- {
+			if evs[j].Type == apiv1.EventWarning && evs[j].Reason != apiv1.ReasonFailed {
+				continue // a warning (a deprecated runtime) is no stage
+			}
 			if r := evs[j].Reason; r != apiv1.ReasonFailed && r != apiv1.ReasonReady {
 				return r, msg
 			}

@@ -42,7 +42,7 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 		return nil, err
 	}
 	opts := []kubestore.Option{kubestore.WithCodeStore(code), kubestore.WithTenant(tenant), kubestore.WithCache(mgr.GetClient()),
-		kubestore.WithPodLogs(mgr.GetConfig())}
+		kubestore.WithPodLogs(mgr.GetConfig()), kubestore.WithRuntimeImages(c.runtimes)}
 	// A request with no instance waits while the Scaler starts one: poked directly in one process;
 	// apart, through /pokes on the loads listener, which the Scaler long-polls on every replica.
 	var pokes *invoke.Pokes

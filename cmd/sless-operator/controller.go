@@ -16,7 +16,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/sless-dev/sless/api"
-	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/cmd/internal/options"
 	"github.com/sless-dev/sless/codestore"
@@ -86,7 +85,7 @@ func (c *config) pipeline(code codestore.Store, creds *registryCreds, observe fu
 	}
 	return build.New(code, builder, build.WithRegistry(c.registry), build.WithRuntimes(c.runtimes), build.WithConcurrency(c.builds),
 		build.WithTenantConcurrency(c.tenantBuilds), build.WithTimeout(5*time.Minute),
-		build.WithIndex(apiv1.RuntimePython311, indexproxy.Sanitize(c.indexes.PipIndexURL)), build.WithIndex(apiv1.RuntimeNodejs20, indexproxy.Sanitize(c.indexes.NPMRegistry)),
+		build.WithIndex("python", indexproxy.Sanitize(c.indexes.PipIndexURL)), build.WithIndex("node", indexproxy.Sanitize(c.indexes.NPMRegistry)),
 		build.WithObserver(observe))
 }
 

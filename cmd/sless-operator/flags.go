@@ -124,6 +124,9 @@ func (c *config) complete() error {
 			return errors.New("the --tenant-quota-* and --tenant-container-cpu values must be positive")
 		}
 	}
+	if err := c.api.Validate(); err != nil {
+		return err
+	}
 	if c.role != roleAll && c.role != roleAPI && c.role != roleController {
 		return fmt.Errorf("--role %q: want %s, %s or %s", c.role, roleAPI, roleController, roleAll)
 	}

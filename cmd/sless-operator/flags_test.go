@@ -28,7 +28,7 @@ func TestSharedFlagsHaveOneHelpText(t *testing.T) {
 	// was sless up's only.
 	for _, name := range []string{"listen", "public-url", "fn-domain", "upload-limit", "upload-rate", "upload-burst", "max-held",
 		"jwks-url", "jwt-public-key", "jwt-issuer", "jwt-audience", "allow-any-audience", "autoscale-stable-window", "autoscale-panic-window",
-		"pip-index-url", "npm-registry", "index-host", "tenant-quota-functions", "tenant-quota-memory"} {
+		"pip-index-url", "npm-registry", "index-host", "tenant-quota-functions", "tenant-quota-memory", "block-runtime"} {
 		if !slices.Contains(shared, name) {
 			t.Errorf("--%s is not a flag of both servers (shared: %v)", name, shared)
 		}

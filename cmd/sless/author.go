@@ -136,7 +136,13 @@ func apiClient(stderr io.Writer) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(endpoint, token, client.WithUserAgent("sless-cli/"+version))
+	return client.New(endpoint, token, client.WithUserAgent("sless-cli/"+version), client.WithWarningHandler(printWarning(stderr)))
+}
+
+// printWarning prints each warning of the API's answers (a function on a deprecated runtime) on
+// stderr as kubectl does: "Warning: <text>", without terminal controls.
+func printWarning(stderr io.Writer) client.WarningHandler {
+	return func(text string) { fmt.Fprintf(stderr, "Warning: %s\n", termSafe(text)) }
 }
 
 func loginCmd() *cobra.Command {

@@ -509,6 +509,40 @@ func TestAuthorCLI(t *testing.T) {
 		c.fails([]string{"jobs", "run", "x", "--function", "nope"}, "invalid_argument", `function_ref "nope": no such function`)
 	})
 
+	// The runtime lifecycle: a deploy on a deprecated runtime succeeds with the API's warning on
+	// stderr (and as an event); moving to the replacement is a deploy without one. The install's
+	// runtimes carry the images it builds on.
+	t.Run("deprecated runtime", func(t *testing.T) {
+		rts, err := u.Client.Runtimes(ctx)
+		if err != nil || len(rts) != len(apiv1.Runtimes()) {
+			t.Fatalf("runtimes %+v %v", rts, err)
+		}
+		for _, rt := range rts {
+			if !strings.Contains(rt.Image, "@sha256:") {
+				t.Errorf("runtime %s has no image by digest on sless up: %+v", rt.Name, rt)
+			}
+		}
+		node := writeDir(t, map[string]string{"handler.js": "exports.handle = async () => ({ node: process.versions.node });\n"})
+		r := c.ok("fn", "deploy", node, "--name", "legacy", "--runtime", "nodejs20")
+		if !strings.Contains(r.stderr, "Warning: runtime nodejs20 is deprecated since 2026-04-30") || !strings.Contains(r.stderr, "move to nodejs22") {
+			t.Errorf("deploy on nodejs20: no warning on stderr:\n%s", r.stderr)
+		}
+		if !strings.Contains(r.stdout, "function legacy is Ready") {
+			t.Errorf("deploy on nodejs20: %q", r.stdout)
+		}
+		if r := c.ok("fn", "events", "legacy"); !strings.Contains(r.stdout, "RuntimeDeprecated") || !strings.Contains(r.stdout, "warning: runtime nodejs20 is deprecated") {
+			t.Errorf("fn events: %q", r.stdout)
+		}
+		r = c.ok("fn", "deploy", node, "--name", "legacy", "--runtime", "nodejs22")
+		if strings.Contains(r.stderr, "Warning:") || !strings.Contains(r.stdout, "function legacy is Ready") {
+			t.Errorf("deploy on nodejs22: %q\n%s", r.stdout, r.stderr)
+		}
+		if a := c.ok("invoke", "legacy").stdout; !strings.Contains(a, `"node":"22.`) {
+			t.Errorf("legacy on nodejs22 answers %q", a)
+		}
+		c.ok("fn", "rm", "legacy")
+	})
+
 	t.Run("unknown function", func(t *testing.T) {
 		for _, args := range [][]string{{"fn", "get", "nope"}, {"invoke", "nope"}, {"fn", "rm", "nope"}} {
 			c.fails(args, "not_found", "404", `"nope"`)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sless-dev/sless/layers"
 	"github.com/sless-dev/sless/oci"
+	"github.com/sless-dev/sless/runtimes"
 )
 
 type buildFlags struct {
@@ -49,7 +50,7 @@ SOURCE_DATE_EPOCH sets the image's creation time and file mtimes (default: the U
 	fs.StringVar(&f.to, "to", "", "repository to push to, with an optional :tag (pushed by digest without one)")
 	fs.StringVar(&f.function, "function", "", "function name, recorded as the dev.sless.function label")
 	fs.StringVar(&f.namespace, "namespace", "", "namespace, recorded as the dev.sless.namespace label")
-	fs.StringVar(&f.runtime, "runtime", "", "runtime name (python3.11, nodejs20), recorded as the dev.sless.runtime label")
+	fs.StringVar(&f.runtime, "runtime", "", "runtime name ("+strings.Join(runtimes.Names(), ", ")+"), recorded as the dev.sless.runtime label; provided requires an executable bootstrap at the code's root")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow plain HTTP registries (localhost needs no flag); TLS certificates are still verified")
 	fs.BoolVar(&f.quiet, "quiet", false, "print only the resulting reference")
 	fs.Int64Var(&f.maxBytes, "max-bytes", layers.DefaultMaxBytes, "limit on the code's uncompressed size in bytes")
@@ -78,6 +79,13 @@ func runBuild(ctx context.Context, f buildFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	src := oci.Source{RuntimeImage: f.runtimeImage, Handler: f.handler, Function: f.function, Namespace: f.namespace, Runtime: f.runtime}
+	if f.runtime != "" {
+		rt, ok := runtimes.Lookup(f.runtime)
+		if !ok {
+			return usageError{fmt.Sprintf("--runtime %q is not a runtime; choose one of %s", f.runtime, strings.Join(runtimes.Names(), ", "))}
+		}
+		src.Executable = rt.Executable // provided: the code must hold an executable bootstrap
+	}
 	st, err := os.Stat(f.src)
 	if err != nil {
 		return fmt.Errorf("--src %s: %w; give a directory or a .zip file", f.src, err)
@@ -124,6 +132,7 @@ func explain(err error) error {
 		{layers.ErrTooLarge, "remove large files the function does not need, or raise --max-bytes"},
 		{layers.ErrCompressionRatio, "the archive expands implausibly (a zip bomb?); re-create it from the source files"},
 		{layers.ErrInvalidArchive, "re-create the archive with `zip -r code.zip .` or pass the directory to --src"},
+		{layers.ErrNotExecutable, "a provided function runs the executable `bootstrap` at the code's root: build it there (e.g. `CGO_ENABLED=0 go build -o bootstrap`) or `chmod +x bootstrap`, then zip with Unix modes (`zip -r`)"},
 	}
 	for _, h := range hints {
 		if errors.Is(err, h.target) {

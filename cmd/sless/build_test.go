@@ -1,6 +1,8 @@
 package main_test
 
 import (
+	"archive/tar"
+	"archive/zip"
 	"bytes"
 	"context"
 	"fmt"
@@ -183,5 +185,98 @@ func TestBuildBadInput(t *testing.T) {
 	}
 	if ts := tags(t, reg+"/fn/bad"); len(ts) != 0 {
 		t.Errorf("failed builds left tags %v in fn/bad", ts)
+	}
+}
+
+// `sless build --runtime provided` refuses code without an executable bootstrap at its root, as
+// the API refuses the upload, and keeps the executable bit of one that has it (setuid dropped).
+func TestBuildProvided(t *testing.T) {
+	mk := func(files map[string]os.FileMode) string {
+		dir := t.TempDir()
+		for n, mode := range files {
+			p := filepath.Join(dir, n)
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			if mode.IsDir() {
+				os.MkdirAll(p, 0o755)
+				continue
+			}
+			os.WriteFile(p, []byte("#!/bin/sh\n"), 0o644)
+			os.Chmod(p, mode)
+		}
+		return dir
+	}
+	linked := mk(map[string]os.FileMode{"real": 0o755})
+	os.Symlink("/bin/sh", filepath.Join(linked, "bootstrap"))
+	var z bytes.Buffer
+	zw := zip.NewWriter(&z)
+	h := &zip.FileHeader{Name: "bootstrap", Method: zip.Deflate}
+	h.SetMode(0o644)
+	w, _ := zw.CreateHeader(h)
+	w.Write([]byte("#!/bin/sh\n"))
+	zw.Close()
+	plainZip := filepath.Join(t.TempDir(), "code.zip")
+	os.WriteFile(plainZip, z.Bytes(), 0o644)
+
+	build := func(src string, extra ...string) result {
+		return sless(t, nil, append([]string{"build", "--runtime-image", baseRef, "--runtime", "provided", "--src", src, "--to", reg + "/fn/provided-bad"}, extra...)...)
+	}
+	for name, src := range map[string]string{
+		"no bootstrap":       mk(map[string]os.FileMode{"main": 0o755}),
+		"not executable":     mk(map[string]os.FileMode{"bootstrap": 0o644}),
+		"a directory":        mk(map[string]os.FileMode{"bootstrap": os.ModeDir | 0o755}),
+		"in a subdirectory":  mk(map[string]os.FileMode{"bin/bootstrap": 0o755}),
+		"a symlink":          linked,
+		"zip without x bits": plainZip,
+	} {
+		t.Run(name, func(t *testing.T) {
+			res := build(src)
+			if res.code != 1 || !strings.Contains(res.stderr, "bootstrap") || !strings.Contains(res.stderr, "fix:") {
+				t.Fatalf("exit %d, want 1 naming bootstrap with a fix:\n%s", res.code, res.stderr)
+			}
+		})
+	}
+	if res := sless(t, nil, "build", "--runtime-image", baseRef, "--runtime", "cobol", "--src", linked, "--to", reg+"/fn/provided-bad"); res.code != 2 || !strings.Contains(res.stderr, "provided") {
+		t.Errorf("unknown runtime: exit %d\n%s", res.code, res.stderr)
+	}
+	if ts := tags(t, reg+"/fn/provided-bad"); len(ts) != 0 {
+		t.Errorf("failed builds left tags %v", ts)
+	}
+	// Without --runtime the rule does not apply (the CLI cannot know the runtime).
+	if res := sless(t, nil, "build", "--runtime-image", baseRef, "--src", mk(map[string]os.FileMode{"main": 0o755}), "--to", reg+"/fn/provided-any", "--quiet"); res.code != 0 {
+		t.Errorf("build without --runtime: exit %d\n%s", res.code, res.stderr)
+	}
+
+	good := mk(map[string]os.FileMode{"bootstrap": os.ModeSetuid | 0o755})
+	res := sless(t, nil, "build", "--runtime-image", baseRef, "--runtime", "provided", "--src", good, "--to", reg+"/fn/provided:v1", "--quiet")
+	if res.code != 0 {
+		t.Fatalf("good build: exit %d\n%s", res.code, res.stderr)
+	}
+	ref, _ := name.ParseReference(strings.TrimSpace(res.stdout))
+	img, err := remote.Image(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := img.Layers()
+	rc, err := ls[len(ls)-1].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	found := false
+	for {
+		hd, err := tr.Next()
+		if err != nil {
+			break
+		}
+		if hd.Name == "app/function/bootstrap" {
+			found = true
+			if hd.Mode != 0o755 {
+				t.Errorf("bootstrap has mode %o in the image, want 755", hd.Mode)
+			}
+		}
+	}
+	if !found {
+		t.Error("no app/function/bootstrap in the code layer")
 	}
 }

@@ -55,7 +55,7 @@ secret set'). The secrets' values are not part of the image: a new value restart
 On an existing function, a setting whose flag is not given keeps its value; --env, --secret-env
 and --secret-file each replace all of the function's entries of their kind.`,
 		Example: `  sless fn deploy ./hello --name hello --runtime python3.11
-  sless fn deploy . --name api --runtime nodejs20 --entrypoint index.handle --env MODE=prod --max-replicas 5
+  sless fn deploy . --name api --runtime nodejs22 --entrypoint index.handle --env MODE=prod --max-replicas 5
   sless fn deploy . --name api --secret-env DB_URL=db/url --secret-file /var/run/secrets/tls=tls`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

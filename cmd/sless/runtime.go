@@ -17,7 +17,7 @@ func runtimeBuildCmd() *cobra.Command {
 	var name, base, to string
 	var insecure, quiet bool
 	cmd := &cobra.Command{
-		Use:   "build --runtime python3.11|nodejs20 --base REF --to REPO[:TAG]",
+		Use:   "build --runtime NAME --base REF --to REPO[:TAG]",
 		Short: "Build a runtime image: the language base plus sless's server layer",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -134,6 +134,9 @@ func (c *upConfig) complete() error {
 	if err := c.auth.Validate(); err != nil {
 		return usageError{err.Error()}
 	}
+	if err := c.api.Validate(); err != nil {
+		return usageError{err.Error()}
+	}
 	return checkBasesScript(c.basesScript)
 }
 

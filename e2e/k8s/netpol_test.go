@@ -229,7 +229,7 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 		}
 		pkg := testenv.DepsAttackPackage(probes, nil, cluster.NPMSecret, cluster.NPM.URL+"/leftpad-sless", cluster.S3Endpoint+"/")
 		f := deployUntil(t, attacker, "jsdeps", "nodejs20", map[string]string{"handler.js": "exports.handle = async () => 1\n", "package.json": pkg}, apiv1.PhaseFailed)
-		checkInstall(t, f, probes)
+		checkInstall(t, f, probes, true)
 	})
 	t.Run("from a setup.py (pip)", func(t *testing.T) {
 		probes := map[string]string{
@@ -240,14 +240,14 @@ func TestNetworkPoliciesEnforced(t *testing.T) {
 		file, data := testenv.PipAttackSdist(probes, cluster.NPMSecret, cluster.PIP.URL+"/evil/", cluster.S3Endpoint+"/")
 		cluster.PIP.Add("evil", file, data)
 		f := deployUntil(t, attacker, "pydeps", "python3.11", map[string]string{"handler.py": "def handle(e):\n    return 1\n", "requirements.txt": "evil==1.0\n"}, apiv1.PhaseFailed)
-		checkInstall(t, f, probes)
+		checkInstall(t, f, probes, false)
 	})
 }
 
 // checkInstall reads a failed install's ATTACK line: every probe unreachable, the credential
 // found nowhere, the index proxy serving the configured index (which wants the credential the
-// proxy adds) and refusing another host.
-func checkInstall(t *testing.T, f *apiv1.Function, probes map[string]string) {
+// proxy adds) and refusing another host; writes (the npm attack's) refused with 405.
+func checkInstall(t *testing.T, f *apiv1.Function, probes map[string]string, writes bool) {
 	t.Helper()
 	got, err := testenv.DepsAttackResult(f.Status.Message)
 	if err != nil {
@@ -270,7 +270,7 @@ func checkInstall(t *testing.T, f *apiv1.Function, probes map[string]string) {
 	}
 	// The npm attack also tries to write through it (the pip one does not): refused, not forwarded.
 	for _, m := range []string{"put", "post", "delete", "trace"} {
-		if v, ok := got["proxy_"+m]; ok && v != float64(405) {
+		if v, ok := got["proxy_"+m]; (writes || ok) && v != float64(405) {
 			t.Errorf("%s through the index proxy: %v, want 405", strings.ToUpper(m), v)
 		}
 	}

@@ -11,7 +11,7 @@ provider "sless" {}
 
 resource "sless_function" "hello_http" {
   name        = "hello-node"
-  runtime     = "nodejs20"
+  runtime     = "nodejs22"
   source_dir  = "${path.module}/code"
   memory_mb   = 128
   timeout_sec = 30

@@ -12,7 +12,7 @@ provider "sless" {}
 
 resource "sless_function" "sum" {
   name       = "sum"
-  runtime    = "nodejs20"
+  runtime    = "nodejs22"
   source_dir = "${path.module}/code"
 }
 

@@ -16,7 +16,8 @@
 # containerd must know as plain HTTP), SLESS_CLUSTER_CIDRS (the cluster's pod, Service and node
 # ranges tenant code never reaches; default: this cluster's K1N_POD_CIDR, K1N_SVC_CIDR and node
 # address; set it empty for an install that names none), SLESS_EGRESS_DENY, SLESS_EGRESS_DEFAULT
-# (internet), SLESS_EGRESS_ALLOW ([NAMESPACE=]CIDR:PORT, comma-separated). Writes $K1N/sless.env (SLESS_ENDPOINT, REGISTRY, OPERATOR_IMAGE, RUNTIME_*)
+# (internet), SLESS_EGRESS_ALLOW ([NAMESPACE=]CIDR:PORT, comma-separated), SLESS_BLOCK_RUNTIMES
+# (runtime names, comma-separated: the API's --block-runtime). Writes $K1N/sless.env (SLESS_ENDPOINT, REGISTRY, OPERATOR_IMAGE, RUNTIME_*)
 # and prints SLESS_ENDPOINT.
 . "$(dirname "$0")/common.sh"
 : "${SLESS_S3_ENDPOINT:?}" "${AWS_ACCESS_KEY_ID:?}" "${AWS_SECRET_ACCESS_KEY:?}" "${SLESS_JWT_PUBLIC_KEY:?}"
@@ -33,9 +34,9 @@ OPERATOR_IMAGE=$(go run ./hack/operator-image --to "$REG/sless/operator:dev")
 log "operator image $OPERATOR_IMAGE"
 
 go build -o "$K1N/bin/sless" ./cmd/sless
-"$HACK_DIR/build-bases.sh" python3.11 nodejs20 >/dev/null
+"$HACK_DIR/build-bases.sh" all >/dev/null
 declare -A RT
-for rt in python3.11 nodejs20; do
+for rt in python3.11 python3.13 nodejs20 nodejs22 nodejs24 provided; do
   base="$REG/sless/base-$rt:latest"
   if [ "$("$CRANE" digest "$base" 2>/dev/null)" != "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$SLESS_CACHE/bases/$rt/index.json")" ]; then
     log "pushing the $rt base"
@@ -124,6 +125,10 @@ data:
   PUBLIC_URL: "$ENDPOINT"
   RUNTIME_PYTHON: "${RT[python3.11]/#$REG/$FNREG}"
   RUNTIME_NODE: "${RT[nodejs20]/#$REG/$FNREG}"
+  RUNTIME_PYTHON313: "${RT[python3.13]/#$REG/$FNREG}"
+  RUNTIME_NODE22: "${RT[nodejs22]/#$REG/$FNREG}"
+  RUNTIME_NODE24: "${RT[nodejs24]/#$REG/$FNREG}"
+  RUNTIME_PROVIDED: "${RT[provided]/#$REG/$FNREG}"
   OPERATOR_IMAGE: "${OPERATOR_IMAGE/#$REG/$FNREG}"
   S3_ENDPOINT: "$SLESS_S3_ENDPOINT"
   S3_BUCKET: "${SLESS_S3_BUCKET:-sless-code}"
@@ -132,6 +137,7 @@ data:
   EGRESS_DENY: "${SLESS_EGRESS_DENY:-}"
   EGRESS_DEFAULT: "${SLESS_EGRESS_DEFAULT:-internet}"
   EGRESS_ALLOW: "${SLESS_EGRESS_ALLOW:-}"
+  BLOCK_RUNTIMES: "${SLESS_BLOCK_RUNTIMES:-}"
 YAML
 cat > "$OVERLAY/e2e/service.yaml" <<YAML
 apiVersion: v1
@@ -201,6 +207,10 @@ REGISTRY=$FNREG
 OPERATOR_IMAGE=${OPERATOR_IMAGE/#$REG/$FNREG}
 RUNTIME_PYTHON=${RT[python3.11]/#$REG/$FNREG}
 RUNTIME_NODE=${RT[nodejs20]/#$REG/$FNREG}
+RUNTIME_PYTHON313=${RT[python3.13]/#$REG/$FNREG}
+RUNTIME_NODE22=${RT[nodejs22]/#$REG/$FNREG}
+RUNTIME_NODE24=${RT[nodejs24]/#$REG/$FNREG}
+RUNTIME_PROVIDED=${RT[provided]/#$REG/$FNREG}
 ENV
 log "sless installed: API and /fn/ at $ENDPOINT"
 echo "$ENDPOINT"

@@ -30,11 +30,12 @@ var allowed = map[string][]string{
 	"objects":                 {"activator", "api/apiv1", "codestore", "lifecycle", "runspec"}, // the object model and the stores' contracts
 	"invoke":                  {"activator", "api/apiv1", "objects", "runspec"},                // /fn/
 	"activator":               {},
+	"delivery":                {}, // one retry and dead-letter rule for queue triggers and async invocations
 	"api/memstore":            {"api/apiv1", "codestore", "lifecycle", "objects"},
 	"api/apitest":             {"api", "api/apiv1", "api/auth", "api/client", "api/memstore", "codestore", "fnlog", "invoke", "lifecycle", "objects"},
 	"api/pgstore":             {"api/apiv1", "objects"}, // the invocation history in PostgreSQL (pgx, goose, prometheus)
 	"layers":                  {},
-	"deps":                    {"layers"},
+	"deps":                    {"api/apiv1", "layers"},
 	"oci":                     {"api/apiv1", "layers"},
 	"runtimes":                {"api/apiv1"},
 	"runspec":                 {"api/apiv1"},
@@ -59,7 +60,7 @@ var allowed = map[string][]string{
 	"internal/regauth":  {},
 	"internal/registry": {"internal/regauth"},
 	"internal/ports":    {},
-	"internal/testenv":  {"api/client", "internal/ports", "internal/regauth", "internal/registry", "layers", "local/podman"},
+	"internal/testenv":  {"api/apiv1", "api/client", "internal/ports", "internal/regauth", "internal/registry", "layers", "local/podman", "local/runtimeimages", "oci", "runtimes"},
 	"internal/kubetest": {"internal/testenv", "operator/api/v1alpha1"},
 	"internal/k1n":      {"api/apiv1", "codestore", "internal/faultproxy", "internal/kubetest", "internal/regauth", "internal/testenv"},
 	"internal/depcheck": {},

@@ -1,7 +1,10 @@
 package testenv
 
 import (
+	"archive/zip"
+	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -86,3 +89,30 @@ func (ix *PipIndex) RequireBasicAuth(user, password string) string {
 
 // Close stops the index.
 func (ix *PipIndex) Close() { ix.srv.Close() }
+
+// Wheel builds a pure-Python wheel in memory (PyPI is unreachable here; pip installs it from a
+// PipIndex): package pkg at version, whose pkg/__init__.py is body. It returns the wheel's file
+// name (pkg-version-py3-none-any.whl) and bytes, for PipIndex.Add.
+func Wheel(pkg, version, body string) (string, []byte) {
+	dist := pkg + "-" + version + ".dist-info"
+	files := [][2]string{
+		{pkg + "/__init__.py", body},
+		{dist + "/METADATA", "Metadata-Version: 2.1\nName: " + pkg + "\nVersion: " + version + "\n"},
+		{dist + "/WHEEL", "Wheel-Version: 1.0\nGenerator: sless-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+		{dist + "/top_level.txt", pkg + "\n"},
+	}
+	var record strings.Builder
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, f := range files {
+		w, _ := zw.Create(f[0])
+		w.Write([]byte(f[1]))
+		sum := sha256.Sum256([]byte(f[1]))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f[0], base64.RawURLEncoding.EncodeToString(sum[:]), len(f[1]))
+	}
+	record.WriteString(dist + "/RECORD,,\n")
+	w, _ := zw.Create(dist + "/RECORD")
+	w.Write([]byte(record.String()))
+	zw.Close()
+	return pkg + "-" + version + "-py3-none-any.whl", buf.Bytes()
+}

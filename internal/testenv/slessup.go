@@ -20,6 +20,7 @@ import (
 
 	"github.com/sless-dev/sless/api/client"
 	"github.com/sless-dev/sless/internal/regauth"
+	"github.com/sless-dev/sless/local/runtimeimages"
 )
 
 var (
@@ -106,10 +107,9 @@ func startSlessUp(t testing.TB, dataDir, listen, regAddr string, extra []string)
 		Missing(t, "podman", err)
 	}
 	bases := filepath.Join(CacheDir(), "bases")
-	for _, rt := range []string{"python3.11", "nodejs20"} {
-		if _, err := os.Stat(filepath.Join(bases, rt, "index.json")); err != nil {
-			Missing(t, "the "+rt+" base image (hack/build-bases.sh)", err)
-		}
+	// sless up installs every runtime's image at start.
+	if missing := runtimeimages.Missing(bases); len(missing) > 0 {
+		Missing(t, "the base images of "+strings.Join(missing, ", ")+" (hack/build-bases.sh all)", runtimeimages.ErrBaseMissing)
 	}
 	u := &SlessUp{t: t, DataDir: dataDir, Listen: listen, RegAddr: regAddr, URL: "http://" + listen, done: make(chan struct{}), log: &lockedBuffer{},
 		MetricsAddr: flagValue(extra, "--metrics-listen")}
@@ -183,6 +183,9 @@ func (u *SlessUp) LogTail() string {
 	}
 	return s
 }
+
+// Log is the process's whole log (its stderr: the request log among it).
+func (u *SlessUp) Log() string { return u.log.String() }
 
 // LogWithout is the process's log without the lines that contain skip (e.g. the request log).
 func (u *SlessUp) LogWithout(skip string) string {

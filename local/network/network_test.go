@@ -180,6 +180,11 @@ func TestEnsureRestores(t *testing.T) {
 			}
 		}},
 		{"bridge", func(t *testing.T) { testenv.MustRun(t, "ip", "link", "del", n.Deps.Bridge) }},
+		{"br_netfilter", func(t *testing.T) { // bridged traffic no longer seen by iptables
+			if err := os.WriteFile("/proc/sys/net/bridge/bridge-nf-call-iptables", []byte("0"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	} {
 		mu.Lock()
 		restored = nil
@@ -211,6 +216,9 @@ func TestEnsureRestores(t *testing.T) {
 		}
 		if b, _ := os.ReadFile("/proc/sys/net/ipv6/conf/" + n.Functions.Bridge + "/disable_ipv6"); strings.TrimSpace(string(b)) != "1" {
 			t.Errorf("after breaking %s, IPv6 on %s: disable_ipv6=%s", c.part, n.Functions.Bridge, b)
+		}
+		if b, _ := os.ReadFile("/proc/sys/net/bridge/bridge-nf-call-iptables"); strings.TrimSpace(string(b)) != "1" {
+			t.Errorf("after breaking %s, bridge-nf-call-iptables=%s", c.part, b)
 		}
 	}
 }
@@ -366,5 +374,134 @@ func TestNoIPv6AcrossTheBridge(t *testing.T) {
 	}
 	if err := n.Ensure(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A connection a container opened while the chain was missing (a firewall reload, the moment
+// before a restart's switch) must not outlive the chain's return: its conntrack entry would pass
+// the chain's first rule (ESTABLISHED) for its whole life. A "container" (a network namespace on
+// the functions bridge) connects to a host canary with the jumps removed, then Ensure restores
+// them and the connection carries nothing more.
+func TestConnectionsOpenedUnconfinedAreForgotten(t *testing.T) {
+	n := instance(t)
+	ctx := context.Background()
+	if err := n.Confine(ctx, Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	// The host canary on the bridge's gateway address echoes what it gets.
+	canary, err := net.Listen("tcp", net.JoinHostPort(n.Functions.Gateway.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer canary.Close()
+	go func() {
+		for {
+			c, err := canary.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b := make([]byte, 64)
+				for {
+					k, err := c.Read(b)
+					if err != nil {
+						return
+					}
+					c.Write(b[:k])
+				}
+			}()
+		}
+	}()
+	port := canary.Addr().(*net.TCPAddr).Port
+	tag := n.Functions.Bridge[3:9]
+	ns, host := "slct-"+tag, "slct"+tag
+	t.Cleanup(func() {
+		exec.Command("ip", "link", "del", host).Run()
+		exec.Command("ip", "netns", "del", ns).Run()
+	})
+	addr := n.Functions.Gateway.Next().Next().Next()
+	testenv.MustRun(t, "ip", "netns", "add", ns)
+	testenv.MustRun(t, "ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", ns)
+	testenv.MustRun(t, "ip", "link", "set", host, "master", n.Functions.Bridge, "up")
+	testenv.MustRun(t, "ip", "-n", ns, "addr", "add", netip.PrefixFrom(addr, n.Functions.Subnet.Bits()).String(), "dev", "eth0")
+	testenv.MustRun(t, "ip", "-n", ns, "link", "set", "eth0", "up")
+	testenv.MustRun(t, "ip", "-n", ns, "link", "set", "lo", "up")
+
+	// Control: with the confinement in place the canary is out of reach.
+	connect := fmt.Sprintf("import socket, sys\ns = socket.create_connection(('%s', %d), timeout=1.5)\n", n.Functions.Gateway, port)
+	if out, err := exec.Command("ip", "netns", "exec", ns, "python3", "-c", connect+"print('reached')").CombinedOutput(); err == nil {
+		t.Fatalf("the host canary reached with the chain in place: %s", out)
+	}
+	// The jumps removed by hand, as a firewall reload does.
+	tb, err := n.read(ctx, ipv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range tb.jumps {
+		f := strings.Fields(j)
+		testenv.MustRun(t, "iptables", append([]string{"-w", "-t", "mangle", "-D"}, f[1:]...)...)
+	}
+	// The "container" connects now and then echoes one byte per line it is given.
+	cmd := exec.Command("ip", "netns", "exec", ns, "python3", "-u", "-c", connect+`print('connected')
+for line in sys.stdin:
+    try:
+        s.sendall(b'x')
+        print('echo' if s.recv(1) == b'x' else 'closed')
+    except Exception as e:
+        print('cut', type(e).__name__)
+`)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }()
+	lines := make(chan string, 4)
+	go func() {
+		b := make([]byte, 256)
+		var acc string
+		for {
+			k, err := stdout.Read(b)
+			acc += string(b[:k])
+			for {
+				i := strings.IndexByte(acc, '\n')
+				if i < 0 {
+					break
+				}
+				lines <- acc[:i]
+				acc = acc[i+1:]
+			}
+			if err != nil {
+				close(lines)
+				return
+			}
+		}
+	}()
+	next := func() string {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return "exited"
+			}
+			return l
+		case <-time.After(10 * time.Second):
+			return "no answer"
+		}
+	}
+	if got := next(); got != "connected" {
+		t.Fatalf("connecting with the jumps removed: %s", got)
+	}
+	fmt.Fprintln(stdin)
+	if got := next(); got != "echo" {
+		t.Fatalf("control: the connection before the restore: %s, want echo", got)
+	}
+	if err := n.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(stdin)
+	if got := next(); !strings.HasPrefix(got, "cut") {
+		t.Errorf("the connection opened while the chain was missing, after Ensure restored it: %s, want cut", got)
 	}
 }

@@ -65,6 +65,10 @@ func (r *Runner) environment(container string, hostID int, vars []runspec.EnvVar
 	if err := owned(filepath.Join(dir, "env.json"), b); err != nil {
 		return nil, nil, err
 	}
+	// The same as a shell file, for the provided runtime (a bootstrap in any language).
+	if err := owned(filepath.Join(dir, "env.sh"), runspec.ShellEnv(private)); err != nil {
+		return nil, nil, err
+	}
 	volumes := []string{dir + ":" + envMount + ":ro"}
 	// Sorted: the same files make the same mounts in the same order.
 	paths := make([]string, 0, len(files))
@@ -94,7 +98,8 @@ func (r *Runner) environment(container string, hostID int, vars []runspec.EnvVar
 	if err := errors.Join(os.Chown(dir, hostID, hostID), os.Chmod(dir, 0o500)); err != nil {
 		return nil, nil, err
 	}
-	public = append(public, podman.EnvVar{Name: runspec.EnvFile, Value: envMount + "/env.json"})
+	public = append(public, podman.EnvVar{Name: runspec.EnvFile, Value: envMount + "/env.json"},
+		podman.EnvVar{Name: runspec.EnvShellFile, Value: envMount + "/env.sh"})
 	return public, volumes, nil
 }
 
@@ -316,7 +321,7 @@ func (r *Runner) waitHealthy(ctx context.Context, inst *Instance) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return errors.New("the function did not answer its health check within 60 s")
+	return fmt.Errorf("the function did not answer its health check (GET %s on port %d, $PORT) within 60 s", runspec.HealthPath, runspec.Port)
 }
 
 // RemoveWhere removes this instance's containers that match, each within grace seconds.

@@ -2,10 +2,13 @@ package config_test
 
 import (
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/sless-dev/sless/internal/kubetest"
@@ -54,5 +57,50 @@ func TestWorkloadsRunAsTheirOwnAccounts(t *testing.T) {
 	}
 	if !seen["sless-api"] || !seen["sless-controller"] {
 		t.Errorf("manager.yaml's Deployments: %v", seen)
+	}
+}
+
+// Every $(KEY) a workload's args name is a key of the ConfigMap sless-operator (a missing one
+// would reach the flag as the literal "$(KEY)"), and the API takes BLOCK_RUNTIMES as
+// --block-runtime (empty by default: nothing blocked).
+func TestArgsFromTheConfigMap(t *testing.T) {
+	b, err := os.ReadFile("manager/manager.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys map[string]string
+	args := map[string][]string{}
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var cm corev1.ConfigMap
+		if err := sigsyaml.Unmarshal([]byte(doc), &cm); err == nil && cm.Kind == "ConfigMap" && cm.Name == "sless-operator" {
+			keys = cm.Data
+			continue
+		}
+		var d appsv1.Deployment
+		if err := sigsyaml.Unmarshal([]byte(doc), &d); err != nil || d.Kind != "Deployment" {
+			continue
+		}
+		for _, c := range d.Spec.Template.Spec.Containers {
+			args[d.Name] = append(args[d.Name], c.Args...)
+		}
+	}
+	if keys == nil || len(args) < 2 {
+		t.Fatalf("manager.yaml: ConfigMap sless-operator %v, Deployments' args %v", keys, args)
+	}
+	ref := regexp.MustCompile(`\$\(([A-Z0-9_]+)\)`)
+	for name, as := range args {
+		for _, a := range as {
+			for _, m := range ref.FindAllStringSubmatch(a, -1) {
+				if _, ok := keys[m[1]]; !ok {
+					t.Errorf("%s passes %s, but the ConfigMap sless-operator has no key %s", name, a, m[1])
+				}
+			}
+		}
+	}
+	if v, ok := keys["BLOCK_RUNTIMES"]; !ok || v != "" {
+		t.Errorf("BLOCK_RUNTIMES: %q (present %v), want an empty default", v, ok)
+	}
+	if !slices.Contains(args["sless-api"], "--block-runtime=$(BLOCK_RUNTIMES)") {
+		t.Errorf("sless-api's args lack --block-runtime=$(BLOCK_RUNTIMES): %v", args["sless-api"])
 	}
 }

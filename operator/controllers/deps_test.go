@@ -43,7 +43,7 @@ func TestDependenciesJob(t *testing.T) {
 			Pins:           &controllers.ConfigMapPins{Client: e.c, Reader: e.c, Namespace: e.ns},
 			PushCredential: func(key string) []byte { return []byte(`{"auths":{"push-for":"` + key + `"}}`) },
 			Proxy:          "http://sless-index-proxy.sless-system.svc:3128"}
-		c.pipeline = append(c.pipeline, build.WithIndex("python3.11", index))
+		c.pipeline = append(c.pipeline, build.WithIndex("python", index))
 	})
 	requirements := "six==1.16.0\n"
 	key, err := deps.Key(deps.Spec{Runtime: "python3.11", RuntimeImage: e.runtime, Namespace: e.ns, IndexURL: index,

@@ -58,6 +58,9 @@ func New(c client.Client, opts ...Option) (objects.Backend, error) {
 		Scaler:      o.scaler,
 		Egress:      &egress{c: c, tenant: o.tenant},
 	}
+	if o.runtimeImages != nil {
+		b.RuntimeImages = o.runtimeImages
+	}
 	if b.Invocations == nil {
 		b.Invocations = objects.NewInvocationRing(DefaultInvocationRing)
 	}

@@ -85,7 +85,8 @@ func provisioned(t testing.TB) client.Client {
 var kubeBackend = apitest.Backend{Name: "kubestore", New: func(t testing.TB, code codestore.Store, r objects.Resolver) (objects.Backend, apitest.Controller) {
 	c := provisioned(t)
 	b, err := kubestore.New(c, kubestore.WithCodeStore(code), kubestore.WithResolver(r),
-		kubestore.WithTenant(resources.TenantConfig{OperatorNamespace: "sless-system", DockerConfigJSON: func(string) []byte { return []byte(`{"auths":{}}`) }}))
+		kubestore.WithTenant(resources.TenantConfig{OperatorNamespace: "sless-system", DockerConfigJSON: func(string) []byte { return []byte(`{"auths":{}}`) }}),
+		kubestore.WithRuntimeImages(map[string]string{"nodejs22": "registry.test/sless/runtime/nodejs22@sha256:" + strings.Repeat("a", 64)}))
 	if err != nil {
 		t.Fatal(err)
 	}

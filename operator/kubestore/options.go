@@ -33,6 +33,7 @@ type options struct {
 	logs             objects.Logs
 	scaler           activator.Scaler
 	invocations      objects.Invocations
+	runtimeImages    objects.RuntimeImages
 }
 
 func makeOptions(opts ...Option) (*options, error) {
@@ -125,4 +126,11 @@ func WithInvocations(inv objects.Invocations) Option {
 		o.invocations = inv
 		return nil
 	}
+}
+
+// WithRuntimeImages are the runtime images, by digest, the controllers build functions on (the
+// operator's --runtime flags): GET /v1/runtimes shows them. The default is none: the runtimes are
+// listed without images.
+func WithRuntimeImages(images map[string]string) Option {
+	return func(o *options) error { o.runtimeImages = objects.RuntimeImageMap(images); return nil }
 }

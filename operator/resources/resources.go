@@ -183,10 +183,15 @@ func jobPod(fn *slessv1.Function, image, eventJSON string, role runspec.Role, ex
 	pod := corev1.PodSpec{
 		RestartPolicy: corev1.RestartPolicyNever,
 		Containers: []corev1.Container{{
-			Name: "function", Image: image, Env: append(append(env(runspec.JobEnv(instance(fn), eventJSON)), secretEnv(fn)...), extra...), Resources: memory(fn),
-			// Job mode writes its result (≤ 4 KiB) here; the operator reads it as the message.
+			Name: "function", Image: image, Resources: memory(fn),
+			// TERMINATION_LOG is said, not assumed, so a provided bootstrap knows where to write.
+			Env: append(append(append(env(runspec.JobEnv(instance(fn), eventJSON)),
+				corev1.EnvVar{Name: runspec.EnvTerminationLog, Value: corev1.TerminationMessagePathDefault}), secretEnv(fn)...), extra...),
+			// Job mode writes its result (≤ 4 KiB) here; the operator reads it as the message. A
+			// run that failed without writing one (a provided bootstrap that crashed) leaves the
+			// end of its output instead, as the single host reports it.
 			TerminationMessagePath:   corev1.TerminationMessagePathDefault,
-			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		}},
 	}
 	secretFiles(fn, &pod)

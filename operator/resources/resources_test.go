@@ -121,7 +121,7 @@ func TestMakeJobs(t *testing.T) {
 		t.Errorf("job %s backoff %d", j.Name, *j.Spec.BackoffLimit)
 	}
 	env := envOf(c)
-	if env["JOB_MODE"] != "1" || env["EVENT_JSON"] != `{"input":[100,200,300]}` || c.TerminationMessagePolicy != corev1.TerminationMessageReadFile {
+	if env["JOB_MODE"] != "1" || env["EVENT_JSON"] != `{"input":[100,200,300]}` || c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError || env["TERMINATION_LOG"] != "/dev/termination-log" {
 		t.Errorf("job container %+v", c)
 	}
 	assertRestricted(t, j.Spec.Template.Spec)

@@ -89,7 +89,7 @@ func TestParse(t *testing.T) {
 	if g.api.Address("x") != ":1" || g.api.UploadLimit != 10 || g.api.UploadRate != 0 || g.api.UploadBurst != 3 || g.api.MaxHeld != 7 {
 		t.Errorf("API %+v", g.api)
 	}
-	if len(g.api.ServerOptions(api.WithLogger(nil))) != 6 {
+	if len(g.api.ServerOptions(api.WithLogger(nil))) != 7 {
 		t.Error("ServerOptions lost an option")
 	}
 	if g.autoscale.StableWindow != 30*time.Second || g.autoscale.PanicWindow != 3*time.Second {
@@ -108,6 +108,22 @@ func TestParse(t *testing.T) {
 	}
 	if _, err := parse(t, "--tenant-quota-memory", "lots"); err == nil || !strings.Contains(err.Error(), "want a quantity such as 8Gi") {
 		t.Errorf("a bad quantity: %v", err)
+	}
+}
+
+// --block-runtime: repeatable or comma-separated (empty entries, as an empty ConfigMap value
+// gives, dropped), checked against the catalog.
+func TestBlockRuntime(t *testing.T) {
+	g, err := parse(t, "--block-runtime", "nodejs20,", "--block-runtime", " provided")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.api.Validate(); err != nil || strings.Join(g.api.RuntimePolicy().Blocked, " ") != "nodejs20 provided" {
+		t.Errorf("blocked %q: %v", g.api.RuntimePolicy().Blocked, err)
+	}
+	g, _ = parse(t, "--block-runtime", "nodejs20", "--block-runtime", "python2")
+	if err := g.api.Validate(); err == nil || !strings.Contains(err.Error(), "--block-runtime") || !strings.Contains(err.Error(), `"python2"`) {
+		t.Errorf("an unknown runtime: %v", err)
 	}
 }
 

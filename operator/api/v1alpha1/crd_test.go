@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/internal/kubetest"
 	"github.com/sless-dev/sless/lifecycle"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
@@ -37,6 +38,14 @@ func TestCRDSchemas(t *testing.T) {
 	f.Apply(lifecycle.BuildStarted{Key: "k", CodeSHA256: "c0de"}, time.Now())
 	if err := c.Status().Update(ctx, f); err != nil {
 		t.Fatalf("status subresource: %v", err)
+	}
+
+	// The schema's enum is the catalog: a function on any runtime the API takes is stored.
+	for _, rt := range apiv1.Runtimes() {
+		f := &slessv1.Function{ObjectMeta: meta("on-" + strings.ReplaceAll(rt, ".", "-")), Spec: slessv1.FunctionSpec{Runtime: rt}}
+		if err := c.Create(ctx, f); err != nil {
+			t.Errorf("a %s function: %v", rt, err)
+		}
 	}
 
 	for _, tc := range []struct {

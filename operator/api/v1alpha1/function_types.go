@@ -10,8 +10,8 @@ import (
 // FunctionSpec is what the user asks for.
 // +kubebuilder:validation:XValidation:rule="!has(self.maxReplicas) || !has(self.minReplicas) || self.maxReplicas >= self.minReplicas",message="maxReplicas must be at least minReplicas"
 type FunctionSpec struct {
-	// Runtime runs the code.
-	// +kubebuilder:validation:Enum=python3.11;nodejs20
+	// Runtime runs the code (provided: the code's own executable bootstrap).
+	// +kubebuilder:validation:Enum=nodejs20;nodejs22;nodejs24;provided;python3.11;python3.13
 	Runtime string `json:"runtime"`
 	// Entrypoint is module.function (python) or file.export (node).
 	// +kubebuilder:default="handler.handle"

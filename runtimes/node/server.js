@@ -1,5 +1,5 @@
 'use strict';
-// sless nodejs20 runtime: an HTTP server (node's http module only) that wraps the user's handler.
+// sless node runtime: an HTTP server (node's http module only) that wraps the user's handler.
 // The contract (environment, event, results, errors, job mode) is in runtimes/README.md.
 const http = require('http');
 const fs = require('fs');
@@ -135,6 +135,163 @@ function toResponse(result) {
   return [200, { 'Content-Type': 'application/json' }, Buffer.from(JSON.stringify(result))];
 }
 
+const STREAM_TYPE = 'text/plain; charset=utf-8';
+
+// isStream: an async iterable (an async generator, a Node Readable), a web ReadableStream, or a
+// (sync) iterator such as a generator. Strings, Buffers and arrays are iterable but no iterators:
+// they keep their meaning above.
+function isStream(x) {
+  if (x === null || typeof x !== 'object' || Buffer.isBuffer(x) || ArrayBuffer.isView(x)) return false;
+  if (typeof x[Symbol.asyncIterator] === 'function' || typeof x.getReader === 'function') return true;
+  return typeof x[Symbol.iterator] === 'function' && typeof x.next === 'function';
+}
+
+// streamResponse is [status, headers, source] when the handler streams, else null.
+function streamResponse(result) {
+  if (isStream(result)) return [200, { 'Content-Type': STREAM_TYPE }, result];
+  if (result !== null && typeof result === 'object' && 'statusCode' in result && isStream(result.body)) {
+    let headers;
+    try {
+      headers = checkHeaders({ ...(result.headers || {}) });
+    } catch (e) {
+      chunksOf(result.body).close();
+      throw e;
+    }
+    if (!Object.keys(headers).some((k) => k.toLowerCase() === 'content-type')) headers['Content-Type'] = STREAM_TYPE;
+    return [Number(result.statusCode), headers, result.body];
+  }
+  return null;
+}
+
+// chunksOf steps a source one chunk at a time: next() resolves {done, value}; close() ends it (an
+// iterator's return(): the generator's finally runs; a stream is cancelled or destroyed).
+function chunksOf(src) {
+  let closed = false;
+  let next, close;
+  if (typeof src.getReader === 'function' && typeof src.cancel === 'function') {
+    const reader = src.getReader();
+    next = () => reader.read();
+    close = () => reader.cancel();
+  } else {
+    const it = typeof src[Symbol.asyncIterator] === 'function' ? src[Symbol.asyncIterator]() : src;
+    next = () => it.next();
+    close = () => (typeof it.return === 'function' ? it.return() : undefined);
+  }
+  return {
+    next: () => new Promise((resolve) => resolve(next())),
+    close: () => {
+      if (closed) return;
+      closed = true;
+      new Promise((resolve) => resolve(close())).catch((e) => process.stderr.write(String((e && e.stack) || e) + '\n'));
+    },
+  };
+}
+
+// chunkBytes is one streamed chunk as bytes: a string as UTF-8, bytes as they are, null or
+// undefined nothing, anything else as a JSON line (JSON + "\n").
+function chunkBytes(c) {
+  if (c === undefined || c === null) return Buffer.alloc(0);
+  if (typeof c === 'string') return Buffer.from(c, 'utf8');
+  if (Buffer.isBuffer(c)) return c;
+  if (ArrayBuffer.isView(c)) return Buffer.from(c.buffer, c.byteOffset, c.byteLength);
+  if (c instanceof ArrayBuffer) return Buffer.from(c);
+  const s = JSON.stringify(c);
+  if (s === undefined) throw new TypeError(`cannot send a chunk of type ${typeof c}`);
+  return Buffer.from(s + '\n');
+}
+
+// stream sends a streamed response: each chunk as it comes, chunked. It resolves how it ended:
+// "complete"; "timeout" at the deadline (the terminating chunk follows the last complete one, then
+// the connection closes); "error" (the handler threw: the response is aborted, no terminating
+// chunk); "client_closed" (the source is closed). No timer or listener outlives it.
+async function stream(req, res, status, headers, source, deadline) {
+  const chunks = chunksOf(source);
+  for (const k of Object.keys(headers)) {
+    if (['content-length', 'transfer-encoding', 'connection'].includes(k.toLowerCase())) delete headers[k];
+  }
+  if (stopping) headers['Connection'] = 'close';
+  const sock = req.socket;
+  let wake;
+  const stop = new Promise((resolve) => { wake = resolve; });
+  const timer = setTimeout(() => wake('timeout'), Math.max(deadline - Date.now(), 0));
+  const onClose = () => wake('client_closed');
+  res.on('close', onClose);
+  let end = 'complete';
+  let clean = true;
+  // Settles once the last chunk has reached the socket: an abort must not drop it (Node 24 still
+  // holds a chunk written in the same tick when the socket is ended).
+  let written = Promise.resolve();
+  try {
+    res.writeHead(status, headers);
+    if (req.method === 'HEAD') {
+      chunks.close();
+      res.end();
+      return end;
+    }
+    res.flushHeaders();
+    for (;;) {
+      const step = chunks.next();
+      step.catch(() => {}); // settled after a timeout or a disconnect: nobody waits for it then
+      let r;
+      try {
+        r = await Promise.race([step, stop]);
+      } catch (e) {
+        process.stderr.write(String((e && e.stack) || e) + '\n');
+        end = 'error';
+        break;
+      }
+      if (typeof r === 'string') {
+        end = r;
+        break;
+      }
+      if (r.done) break;
+      let data;
+      try {
+        data = chunkBytes(r.value);
+      } catch (e) {
+        process.stderr.write(String((e && e.stack) || e) + '\n');
+        end = 'error';
+        break;
+      }
+      if (data.length === 0) continue;
+      let ok;
+      written = new Promise((resolve) => { ok = res.write(data, () => resolve()); });
+      if (!ok) {
+        // The client reads slower than the handler writes: wait, but not past the deadline.
+        let onDrain;
+        const drained = new Promise((resolve) => { onDrain = () => resolve('drained'); });
+        res.once('drain', onDrain);
+        const w = await Promise.race([drained, stop]);
+        res.removeListener('drain', onDrain);
+        if (w !== 'drained') {
+          end = w;
+          clean = false;
+          break;
+        }
+      }
+    }
+  } finally {
+    clearTimeout(timer);
+    res.removeListener('close', onClose);
+  }
+  if (end === 'complete') {
+    res.end();
+  } else if (end === 'timeout' && clean) {
+    chunks.close();
+    res.end(() => sock.end());
+  } else if (end === 'error') {
+    // Abort: what was written goes out (end() uncorks the socket), the terminating chunk does not.
+    chunks.close();
+    await Promise.race([written, new Promise((resolve) => setTimeout(resolve, 1000).unref())]);
+    sock.end();
+    sock.setTimeout(1000, () => sock.destroy());
+  } else {
+    chunks.close();
+    res.destroy();
+  }
+  return end;
+}
+
 function errorBody(code, message) {
   return Buffer.from(JSON.stringify({ error: { code, message } }));
 }
@@ -152,7 +309,7 @@ function send(res, status, headers, data) {
   res.end(res.req.method === 'HEAD' ? undefined : data);
 }
 
-function log(req, status, start) {
+function log(req, status, start, streamEnd) {
   const line = {
     time: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
     method: req.method,
@@ -160,6 +317,7 @@ function log(req, status, start) {
     status,
     duration_ms: Math.round(Number(process.hrtime.bigint() - start) / 1000) / 1000,
   };
+  if (streamEnd) line.stream = streamEnd;
   if (req.headers['x-request-id']) line.request_id = req.headers['x-request-id'];
   process.stdout.write(JSON.stringify(line) + '\n');
 }
@@ -232,13 +390,14 @@ async function main() {
   const handler = await loadHandler();
   if (process.env.JOB_MODE === '1' || process.env.JOB_MODE === 'true') return jobMode(handler);
 
-  const server = http.createServer(async (req, res) => {
+  const server = http.createServer({ noDelay: true }, async (req, res) => {
     const start = process.hrtime.bigint();
     if (req.method === 'GET' && req.url === '/health') {
       send(res, 200, { 'Content-Type': 'application/json' }, Buffer.from('{"status":"ok"}'));
       return;
     }
     let status = 500;
+    let streamEnd;
     try {
       let body;
       try {
@@ -250,9 +409,12 @@ async function main() {
         res.on('finish', () => req.destroy());
         return;
       }
-      let headers, data;
+      let headers, data, streamed;
+      const called = Date.now();
       try {
-        [status, headers, data] = toResponse(await invoke(handler, toEvent(req, body)));
+        const result = await invoke(handler, toEvent(req, body));
+        streamed = streamResponse(result);
+        if (!streamed) [status, headers, data] = toResponse(result);
       } catch (e) {
         if (e instanceof Timeout) {
           [status, headers, data] = [504, { 'Content-Type': 'application/json' }, errorBody('timeout', `the handler did not finish within ${TIMEOUT_SEC} s (TIMEOUT_SEC)`)];
@@ -261,9 +423,15 @@ async function main() {
           [status, headers, data] = [500, { 'Content-Type': 'application/json' }, errorBody('handler_error', String((e && e.message) || e))];
         }
       }
+      if (streamed) {
+        [status, headers] = streamed;
+        streamEnd = 'started';
+        streamEnd = await stream(req, res, status, headers, streamed[2], called + TIMEOUT_SEC * 1000);
+        return;
+      }
       send(res, status, headers, data);
     } finally {
-      log(req, status, start);
+      log(req, status, start, streamEnd);
     }
   });
   server.keepAliveTimeout = 65000;

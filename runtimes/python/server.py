@@ -1,15 +1,18 @@
-"""sless python3.11 runtime: an HTTP server (stdlib only) that wraps the user's handler.
+"""sless python runtime: an HTTP server (stdlib only) that wraps the user's handler.
 
 The contract (environment, event, results, errors, job mode) is in runtimes/README.md.
 """
 import asyncio
 import base64
+import collections.abc
 import importlib
 import inspect
 import json
 import os
 import re
+import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -207,6 +210,156 @@ def to_response(result):
     return 200, {"Content-Type": "application/json"}, json.dumps(result).encode("utf-8")
 
 
+STREAM_TYPE = "text/plain; charset=utf-8"
+
+
+def is_stream(x):
+    """A generator, an async generator, or any (async) iterator: a streamed body. Strings, bytes,
+    lists and dicts are iterable but no iterators: they keep their meaning above."""
+    return isinstance(x, (collections.abc.Iterator, collections.abc.AsyncIterator))
+
+
+def stream_response(result):
+    """(status, headers, source) when the handler streams, else None."""
+    if is_stream(result):
+        return 200, {"Content-Type": STREAM_TYPE}, result
+    if isinstance(result, dict) and "statusCode" in result and is_stream(result.get("body")):
+        try:
+            status = int(result["statusCode"])
+            headers = check_headers({str(k): str(v) for k, v in (result.get("headers") or {}).items()})
+        except Exception:
+            Chunks(result["body"]).close()
+            raise
+        if not any(k.lower() == "content-type" for k in headers):
+            headers["Content-Type"] = STREAM_TYPE
+        return status, headers, result["body"]
+    return None
+
+
+def chunk_bytes(c):
+    """One streamed chunk as bytes: str as UTF-8, bytes as they are, None nothing, anything else
+    as a JSON line (JSON + "\n")."""
+    if c is None:
+        return b""
+    if isinstance(c, str):
+        return c.encode("utf-8")
+    if isinstance(c, (bytes, bytearray, memoryview)):
+        return bytes(c)
+    return (json.dumps(c) + "\n").encode("utf-8")
+
+
+class ClientGone(Exception):
+    pass
+
+
+_END = object()  # the source has no more chunks
+
+
+def _next_sync(it):
+    try:
+        return next(it)
+    except StopIteration:
+        return _END
+    except BaseException as e:
+        raise HandlerError(e, traceback.format_exc())
+
+
+class Chunks:
+    """Steps a handler's (async) iterator one chunk at a time: a sync one on the worker pool, an
+    async one on the event loop, so the request's thread can give up on a step at the deadline or
+    when the client goes. close() closes the iterator (GeneratorExit in a generator; an async
+    step still running is cancelled first), once the step running, if any, lets it."""
+
+    def __init__(self, it):
+        self.it = it
+        self.is_async = not hasattr(it, "__next__")
+        self.step = None  # the future of the step in progress
+        self.task = None  # its task on the event loop (async)
+        self.closed = False
+
+    async def _anext(self):
+        self.task = asyncio.current_task()
+        try:
+            return await self.it.__anext__()
+        except StopAsyncIteration:
+            return _END
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:
+            raise HandlerError(e, traceback.format_exc())
+
+    def next(self, deadline, gone):
+        """The next chunk or _END; raises Timeout at deadline (time.monotonic()), ClientGone when
+        gone() says the client went while the handler was busy, HandlerError when it raised."""
+        if self.is_async:
+            self.step = asyncio.run_coroutine_threadsafe(self._anext(), _loop)
+        else:
+            self.step = _pool.submit(_next_sync, self.it)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Timeout()
+            try:
+                r = self.step.result(min(remaining, 0.25))
+                self.step = None
+                return r
+            except FuturesTimeout:
+                if gone():
+                    raise ClientGone()
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        if self.is_async:
+            if _loop is not None:
+                asyncio.run_coroutine_threadsafe(self._aclose(), _loop)
+            return
+        step = self.step
+        if step is not None and not step.done():
+            # A thread cannot be interrupted: the generator is closed when its step returns.
+            step.add_done_callback(lambda f: self._close_sync())
+        else:
+            _pool.submit(self._close_sync)
+
+    def _close_sync(self):
+        close = getattr(self.it, "close", None)
+        if close is None:
+            return
+        try:
+            close()
+        except BaseException:
+            traceback.print_exc()
+
+    async def _aclose(self):
+        t = self.task
+        if t is not None and not t.done():
+            t.cancel()  # the handler sees CancelledError where it awaits
+            await asyncio.wait({t}, timeout=GRACE_SEC)
+        aclose = getattr(self.it, "aclose", None)
+        if aclose is None:
+            return
+        try:
+            await asyncio.wait_for(aclose(), GRACE_SEC)
+        except BaseException:
+            traceback.print_exc()
+
+
+def peer_gone(sock):
+    """Whether the client closed the connection (readable at EOF, or reset). A client that sent
+    more (a pipelined request) is still there."""
+    try:
+        p = select.poll()  # not select(): it fails on descriptors above 1023
+        p.register(sock, select.POLLIN)
+        if not p.poll(0):
+            return False
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except (OSError, ValueError):
+        return True
+
+
 def error_body(code, message):
     return json.dumps({"error": {"code": code, "message": message}}).encode("utf-8")
 
@@ -234,10 +387,12 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # one JSON line per request instead (see _log)
         pass
 
-    def _log(self, status, start):
+    def _log(self, status, start, stream=None):
         line = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "method": self.command,
                 "path": urlsplit(self.path).path, "status": status,
                 "duration_ms": round((time.monotonic() - start) * 1000, 3)}
+        if stream:
+            line["stream"] = stream
         rid = self.headers.get("X-Request-Id")
         if rid:
             line["request_id"] = rid
@@ -253,6 +408,89 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
+
+    def _stream(self, status, headers, chunks, deadline):
+        """Sends a streamed response: each chunk as it comes, chunked (HTTP/1.0: until the
+        connection closes). Returns how it ended: "complete", "timeout" (the terminating chunk
+        follows the last complete one, then the connection closes), "error" (the handler raised:
+        the response is aborted, no terminating chunk) or "client_closed" (the handler's iterator
+        is closed)."""
+        self.send_response(status)
+        for k, v in headers.items():
+            if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                self.send_header(k, v)
+        chunked = self.request_version != "HTTP/1.0"
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        try:
+            self.end_headers()
+        except OSError:
+            self.close_connection = True
+            chunks.close()
+            return "client_closed"
+        if self.command == "HEAD":
+            chunks.close()
+            return "complete"
+        sock = self.connection
+        prev = sock.gettimeout()
+        end, clean = "complete", True
+        try:
+            while True:
+                try:
+                    c = chunks.next(deadline, lambda: peer_gone(sock))
+                except Timeout:
+                    end = "timeout"
+                    break
+                except ClientGone:
+                    end = "client_closed"
+                    break
+                except HandlerError as e:
+                    sys.stderr.write(e.tb)
+                    sys.stderr.flush()
+                    end = "error"
+                    break
+                if c is _END:
+                    break
+                try:
+                    data = chunk_bytes(c)
+                except Exception:
+                    traceback.print_exc()
+                    end = "error"
+                    break
+                if peer_gone(sock):  # before writing into a connection the client closed
+                    end = "client_closed"
+                    break
+                if not data:
+                    continue
+                # A client that stops reading cannot hold the thread past the deadline.
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                try:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+                except socket.timeout:
+                    end, clean = "timeout", False  # a chunk may be cut: abort
+                    break
+                except OSError:
+                    end = "client_closed"
+                    break
+            if end == "complete" or (end == "timeout" and clean):
+                if chunked:
+                    sock.settimeout(1.0)
+                    try:
+                        self.wfile.write(b"0\r\n\r\n")
+                    except OSError:
+                        pass
+        finally:
+            try:
+                sock.settimeout(prev)
+            except OSError:
+                pass
+        if end != "complete":
+            self.close_connection = True
+            chunks.close()
+        return end
 
     def _read_body(self):
         te = self.headers.get("Transfer-Encoding", "").lower()
@@ -287,7 +525,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         with inflight_lock:
             inflight += 1
-        status = 500
+        status, stream = 500, None
         try:
             try:
                 body = self._read_body()
@@ -303,8 +541,13 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(400, {"Content-Type": "application/json"}, error_body("bad_request", str(e)))
                 return
             event = to_event(self.command, self.path, self.headers, body)
+            called = time.monotonic()
+            streamed = None
             try:
-                status, headers, data = to_response(invoke(event, TIMEOUT_SEC))
+                result = invoke(event, TIMEOUT_SEC)
+                streamed = stream_response(result)
+                if streamed is None:
+                    status, headers, data = to_response(result)
             except Timeout:
                 status, headers, data = 504, {"Content-Type": "application/json"}, error_body(
                     "timeout", f"the handler did not finish within {TIMEOUT_SEC:g} s (TIMEOUT_SEC)")
@@ -317,9 +560,14 @@ class Handler(BaseHTTPRequestHandler):
                 traceback.print_exc()
                 status, headers, data = 500, {"Content-Type": "application/json"}, error_body(
                     "handler_error", f"invalid handler result: {type(e).__name__}: {e}")
+            if streamed is not None:
+                status, headers, source = streamed
+                stream = "started"
+                stream = self._stream(status, headers, Chunks(source), called + TIMEOUT_SEC)
+                return
             self._send(status, headers, data)
         finally:
-            self._log(status, start)
+            self._log(status, start, stream)
             with inflight_lock:
                 inflight -= 1
                 if inflight == 0:
