@@ -22,3 +22,17 @@ if [[ " ${missing[*]} " == *" postgresql "* ]] && [ ! -d /var/lib/postgresql ]; 
   echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.d/50-sless-no-main-cluster.conf >/dev/null
 fi
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+# Likewise RabbitMQ: internal/testenv runs private nodes on free ports with their own epmd. Where
+# the package's postinst started its system broker (5672, 25672) or Erlang's epmd (4369), stop it
+# and keep it from starting at boot. Without systemd, Debian's invoke-rc.d policy usually kept the
+# broker from starting; `service ... stop` would run rabbitmqctl, which itself starts an epmd.
+if [[ " ${missing[*]} " == *" rabbitmq-server "* ]]; then
+  if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now rabbitmq-server.service epmd.socket epmd.service >/dev/null 2>&1 || true
+  elif pgrep -u rabbitmq -x beam.smp >/dev/null; then
+    $SUDO service rabbitmq-server stop >/dev/null 2>&1 || true
+  fi
+  # An epmd the package's scripts started as its rabbitmq user (rabbitmqctl starts one if none runs).
+  pids=$(pgrep -u rabbitmq -x epmd || true)
+  [ -z "$pids" ] || $SUDO kill $pids || true
+fi

@@ -1,0 +1,134 @@
+package delivery
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Defaults of a Policy's zero fields.
+const (
+	DefaultBackoff    = time.Second
+	DefaultMaxBackoff = 5 * time.Minute
+)
+
+// Policy is a trigger's or a function's retry rule.
+type Policy struct {
+	// MaxRetries is how many times a failed event is tried again: at most MaxRetries+1 counted
+	// attempts, then it is dead-lettered.
+	MaxRetries int
+	// Backoff is the wait before the first retry; each further retry waits twice the one before,
+	// up to MaxBackoff. Zero means DefaultBackoff, DefaultMaxBackoff.
+	Backoff, MaxBackoff time.Duration
+}
+
+// Outcome is what one attempt got.
+type Outcome struct {
+	// Status is the HTTP status answered, 0 when none was (a timeout, a lost instance, a refused
+	// connection: Err says which).
+	Status int
+	// FromFunction tells the function's own answer from /fn/'s (the platform's 413, 429, 503…).
+	FromFunction bool
+	// RetryAfter is /fn/'s Retry-After on back-pressure, 0 when none was sent.
+	RetryAfter time.Duration
+	// Err is why no status came.
+	Err error
+}
+
+// Action is what becomes of the event.
+type Action int
+
+const (
+	// Ack: answered 2xx; acknowledge it, and it is done.
+	Ack Action = iota
+	// Retry: try again after Decision.After.
+	Retry
+	// DeadLetter: give it up to the dead letters, with Decision.Reason, then acknowledge it.
+	DeadLetter
+)
+
+func (a Action) String() string {
+	switch a {
+	case Ack:
+		return "ack"
+	case Retry:
+		return "retry"
+	case DeadLetter:
+		return "dead_letter"
+	}
+	return fmt.Sprintf("Action(%d)", int(a))
+}
+
+// Decision is what to do after an attempt.
+type Decision struct {
+	Action Action
+	// After is how long to wait before the retry.
+	After time.Duration
+	// Counts is whether the attempt counts against MaxRetries: back-pressure from /fn/ (429,
+	// 503) does not, since the function was never called.
+	Counts bool
+	// Reason says why the event failed (the dead letter's header, the trigger's last_error); empty
+	// on Ack.
+	Reason string
+}
+
+// Decide is the rule for outcome o of an attempt, after counted earlier attempts before it:
+//   - 2xx: Ack.
+//   - /fn/'s own 429 or 503 (the platform is saturated, the function was not called): Retry after
+//     Retry-After (or the first backoff), not counted.
+//   - the function's own 4xx, and any other 4xx of /fn/'s (413: the body is too large; 404: no
+//     such function): DeadLetter at once — sending the same event again gets the same answer.
+//   - anything else (5xx, a timeout, a lost instance, no answer): Retry with backoff while
+//     retries are left, then DeadLetter naming the last failure.
+func (p Policy) Decide(o Outcome, earlier int) Decision {
+	switch {
+	case o.Status >= 200 && o.Status < 300:
+		return Decision{Action: Ack, Counts: true}
+	case !o.FromFunction && (o.Status == http.StatusTooManyRequests || o.Status == http.StatusServiceUnavailable):
+		after := o.RetryAfter
+		if after <= 0 {
+			after = p.backoff(1)
+		}
+		return Decision{Action: Retry, After: min(after, p.maxBackoff()), Reason: describe(o)}
+	case o.Status >= 400 && o.Status < 500:
+		return Decision{Action: DeadLetter, Counts: true, Reason: describe(o) + " (not retried: the same event would get the same answer)"}
+	}
+	attempts := earlier + 1
+	if attempts > p.MaxRetries {
+		return Decision{Action: DeadLetter, Counts: true, Reason: fmt.Sprintf("%s after %d attempts", describe(o), attempts)}
+	}
+	return Decision{Action: Retry, Counts: true, After: p.backoff(attempts), Reason: describe(o)}
+}
+
+// backoff is the wait before retry n (1 is the first): Backoff·2^(n-1), at most MaxBackoff.
+func (p Policy) backoff(n int) time.Duration {
+	d, limit := p.Backoff, p.maxBackoff()
+	if d <= 0 {
+		d = DefaultBackoff
+	}
+	for i := 1; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+func (p Policy) maxBackoff() time.Duration {
+	if p.MaxBackoff <= 0 {
+		return DefaultMaxBackoff
+	}
+	return p.MaxBackoff
+}
+
+// describe names an outcome for a person: "the function answered 500", "/fn/ answered 413",
+// "no answer: context deadline exceeded".
+func describe(o Outcome) string {
+	switch {
+	case o.Status == 0 && o.Err != nil:
+		return "no answer: " + o.Err.Error()
+	case o.Status == 0:
+		return "no answer"
+	case o.FromFunction:
+		return fmt.Sprintf("the function answered %d", o.Status)
+	}
+	return fmt.Sprintf("/fn/ answered %d", o.Status)
+}
