@@ -30,7 +30,8 @@ var allowed = map[string][]string{
 	"objects":                 {"activator", "api/apiv1", "codestore", "lifecycle", "runspec"}, // the object model and the stores' contracts
 	"invoke":                  {"activator", "api/apiv1", "objects", "runspec"},                // /fn/
 	"activator":               {},
-	"delivery":                {}, // one retry and dead-letter rule for queue triggers and async invocations
+	"delivery":                {},           // one retry and dead-letter rule for queue triggers and async invocations
+	"rabbitmq":                {"delivery"}, // a RabbitMQ trigger's consumer
 	"api/memstore":            {"api/apiv1", "codestore", "lifecycle", "objects"},
 	"api/apitest":             {"api", "api/apiv1", "api/auth", "api/client", "api/memstore", "codestore", "fnlog", "invoke", "lifecycle", "objects"},
 	"api/pgstore":             {"api/apiv1", "objects"}, // the invocation history in PostgreSQL (pgx, goose, prometheus)
@@ -83,7 +84,7 @@ var allowed = map[string][]string{
 // noKubernetes may not depend on Kubernetes, directly or not: the build pipeline and the API run
 // on a single host without it.
 var noKubernetes = []string{"activator", "api/apiv1", "api/client", "api/auth", "api", "api/memstore", "api/pgstore", "invoke", "lifecycle", "objects", "layers", "deps", "oci", "runtimes",
-	"runspec", "codestore", "build", "local/state", "local/podman", "local/runner", "local/runtimeimages", "provider"}
+	"runspec", "codestore", "build", "local/state", "local/podman", "local/runner", "local/runtimeimages", "provider", "delivery", "rabbitmq"}
 
 type pkg struct {
 	ImportPath                         string
