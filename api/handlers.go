@@ -149,6 +149,9 @@ func (s *Server) kinds() kinds {
 			nameOf: func(t *apiv1.Trigger) *string { return &t.Name },
 			view:   func(ns string, o objects.Trigger) apiv1.Trigger { return objects.TriggerView(s.o.publicURL, ns, o) },
 			refs: func(r *http.Request, ns string, t objects.TriggerSpec) error {
+				if !s.b.Runs(t.Type) {
+					return invalid("this installation does not run %s triggers yet", t.Type)
+				}
 				return s.functionExists(r, ns, t.FunctionRef)
 			},
 		},

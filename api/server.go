@@ -131,6 +131,7 @@ type Server struct {
 	b       objects.Backend
 	router  *mux.Router
 	handler http.Handler
+	eventFn http.Handler  // /fn/ for in-process event sources
 	fn      *invoke.Proxy // /fn/
 	metrics *metrics
 	uploads *tenantLimits
@@ -179,6 +180,7 @@ func New(b objects.Backend, opts ...Option) (*Server, error) {
 	s.router = s.routes()
 	// /fn/ is the hot path: it skips the router's regexp matching of every /v1 route.
 	fn := s.requestID(s.recoverPanics(s.observe(fnRoute, s.fn)))
+	s.eventFn = s.requestID(s.recoverPanics(s.observe(fnRoute, s.fn.Events())))
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.draining.Load() {
 			// Each client learns with its next answer to go elsewhere, and closes the connection
@@ -197,6 +199,10 @@ func New(b objects.Backend, opts ...Option) (*Server, error) {
 
 // Handler serves the API.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Events is /fn/ for the platform's event sources in this process (invoke.Proxy.Events): never
+// serve it on a listener.
+func (s *Server) Events() http.Handler { return s.eventFn }
 
 // Activator is /fn/'s router and hold queue: its Loads are what the autoscaler decides from.
 func (s *Server) Activator() *activator.Activator { return s.fn.Activator() }

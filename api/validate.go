@@ -1,9 +1,14 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"sort"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/robfig/cron/v3"
 
@@ -143,6 +148,9 @@ func validSecretRefs(f apiv1.Function) error {
 // ValidateTrigger checks a trigger and returns the spec to store, defaults filled in.
 func ValidateTrigger(t apiv1.Trigger) (objects.TriggerSpec, error) {
 	spec := objects.TriggerSpec{Name: t.Name, Type: t.Type, FunctionRef: t.FunctionRef, Schedule: t.Schedule, Enabled: t.Enabled}
+	if t.RabbitMQ != nil && t.Type != apiv1.TriggerRabbitMQ {
+		return spec, invalid("only a rabbitmq trigger has a rabbitmq block (type is %q)", t.Type)
+	}
 	if err := apiv1.ValidName("trigger", t.Name); err != nil {
 		return spec, err
 	}
@@ -158,14 +166,89 @@ func ValidateTrigger(t apiv1.Trigger) (objects.TriggerSpec, error) {
 		if _, err := cron.ParseStandard(t.Schedule); err != nil || strings.HasPrefix(strings.TrimSpace(t.Schedule), "@every") {
 			return spec, invalid("schedule %q is not a 5-field cron expression (minute hour day-of-month month day-of-week): %v", t.Schedule, err)
 		}
+	case apiv1.TriggerRabbitMQ:
+		if t.Schedule != "" {
+			return spec, invalid("a rabbitmq trigger has no schedule (got %q)", t.Schedule)
+		}
+		mq, err := validateRabbitMQ(t.RabbitMQ)
+		if err != nil {
+			return spec, err
+		}
+		spec.RabbitMQ = mq
 	default:
-		return spec, invalid("type %q must be %q or %q", t.Type, apiv1.TriggerHTTP, apiv1.TriggerCron)
+		return spec, invalid("type %q must be %q, %q or %q", t.Type, apiv1.TriggerHTTP, apiv1.TriggerCron, apiv1.TriggerRabbitMQ)
 	}
 	if spec.Enabled == nil {
 		yes := true
 		spec.Enabled = &yes
 	}
 	return spec, nil
+}
+
+// validateRabbitMQ checks a rabbitmq trigger's block and fills in its defaults.
+func validateRabbitMQ(in *apiv1.RabbitMQTrigger) (*apiv1.RabbitMQTrigger, error) {
+	if in == nil {
+		return nil, invalid("a rabbitmq trigger needs a rabbitmq block with url_secret and queue")
+	}
+	mq := *in
+	if _, _, err := apiv1.SplitSecretRef(mq.URLSecret); err != nil {
+		return nil, invalid("rabbitmq.url_secret %q must be SECRET/KEY: the broker URL comes from a namespace secret, never inline", redactURL(mq.URLSecret))
+	}
+	if mq.DeadLetter == "" {
+		mq.DeadLetter = mq.Queue + apiv1.DeadLetterSuffix
+	}
+	for _, q := range []struct{ field, name string }{{"queue", mq.Queue}, {"dead_letter", mq.DeadLetter}} {
+		if err := validQueueName(q.name); err != nil {
+			return nil, invalid("rabbitmq.%s %q: %v", q.field, q.name, err)
+		}
+	}
+	if mq.DeadLetter == mq.Queue {
+		return nil, invalid("rabbitmq.dead_letter is the queue itself (%q): a failed message would come back for ever", mq.Queue)
+	}
+	mq.Prefetch = cmp.Or(mq.Prefetch, apiv1.DefaultPrefetch)
+	if mq.Prefetch < 1 || mq.Prefetch > apiv1.MaxPrefetch {
+		return nil, invalid("rabbitmq.prefetch %d must be 1 to %d", mq.Prefetch, apiv1.MaxPrefetch)
+	}
+	if mq.MaxRetries == nil {
+		n := apiv1.DefaultMaxRetries
+		mq.MaxRetries = &n
+	}
+	if *mq.MaxRetries < 0 || *mq.MaxRetries > apiv1.MaxMaxRetries {
+		return nil, invalid("rabbitmq.max_retries %d must be 0 to %d", *mq.MaxRetries, apiv1.MaxMaxRetries)
+	}
+	mq.RetryBackoffMS = cmp.Or(mq.RetryBackoffMS, apiv1.DefaultRetryBackoffMS)
+	if mq.RetryBackoffMS < 1 || mq.RetryBackoffMS > apiv1.MaxRetryBackoffMS {
+		return nil, invalid("rabbitmq.retry_backoff_ms %d must be 1 to %d", mq.RetryBackoffMS, apiv1.MaxRetryBackoffMS)
+	}
+	return &mq, nil
+}
+
+// validQueueName is RabbitMQ's rule for a queue a client names: 1 to 255 bytes of UTF-8, not
+// starting with "amq." (reserved for the broker); control characters are refused too (they end
+// up in logs and headers).
+func validQueueName(q string) error {
+	switch {
+	case q == "":
+		return errors.New("is empty")
+	case len(q) > 255:
+		return fmt.Errorf("is %d bytes; at most 255", len(q))
+	case !utf8.ValidString(q):
+		return errors.New("is not UTF-8")
+	case strings.HasPrefix(q, "amq."):
+		return errors.New(`starts with "amq.", which the broker reserves`)
+	case strings.ContainsFunc(q, unicode.IsControl):
+		return errors.New("holds a control character")
+	}
+	return nil
+}
+
+// redactURL keeps a URL given where a secret reference belongs out of the answer: it may hold
+// the broker's password.
+func redactURL(s string) string {
+	if strings.Contains(s, "://") || strings.Contains(s, "@") {
+		return "<a URL>"
+	}
+	return s
 }
 
 // ValidateJob checks a job and returns the spec to store.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Defaults of a Policy's zero fields.
@@ -131,4 +133,33 @@ func describe(o Outcome) string {
 		return fmt.Sprintf("the function answered %d", o.Status)
 	}
 	return fmt.Sprintf("/fn/ answered %d", o.Status)
+}
+
+// Metrics counts what becomes of events, by source ("rabbitmq", "async") and result ("acked",
+// "retried", "dead_lettered"): sless_deliveries_total.
+type Metrics struct {
+	deliveries *prometheus.CounterVec
+}
+
+// NewMetrics makes the series; register them with Collectors.
+func NewMetrics() *Metrics {
+	return &Metrics{deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sless_deliveries_total",
+		Help: "Attempts to hand an event to its function, by event source and what became of the event: acked (answered 2xx), retried, dead_lettered.",
+	}, []string{"source", "result"})}
+}
+
+// Collectors are the series to register.
+func (m *Metrics) Collectors() []prometheus.Collector { return []prometheus.Collector{m.deliveries} }
+
+// Observe counts decision d of an event from source.
+func (m *Metrics) Observe(source string, d Decision) {
+	result := "retried"
+	switch d.Action {
+	case Ack:
+		result = "acked"
+	case DeadLetter:
+		result = "dead_lettered"
+	}
+	m.deliveries.WithLabelValues(source, result).Inc()
 }

@@ -204,7 +204,12 @@ func RequestID(r *http.Request) string {
 	return id
 }
 
-func writeError(w http.ResponseWriter, err *apiv1.Error) { err.Write(w) }
+// writeError answers /fn/'s own error, marked with apiv1.HeaderError so an event source tells it
+// from the function's answer (which never carries that header: ModifyResponse drops it).
+func writeError(w http.ResponseWriter, err *apiv1.Error) {
+	w.Header().Set(apiv1.HeaderError, err.Code)
+	err.Write(w)
+}
 
 // fail answers err for function name: not_found, an API error as it is, else internal (the cause
 // goes to the request's log line, not to the caller).
@@ -215,7 +220,7 @@ func fail(w http.ResponseWriter, name string, err error) {
 			ck.SetCause(err)
 		}
 	}
-	ae.Write(w)
+	writeError(w, ae)
 }
 
 func notFound(name string, err error) *apiv1.Error {
@@ -277,6 +282,7 @@ func (p *Proxy) newProxy() *httputil.ReverseProxy {
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			t := resp.Request.Context().Value(proxyTargetKey{}).(*proxyTarget)
+			resp.Header.Del(apiv1.HeaderError)
 			confineResponse(resp.Header, t.prefix)
 			if len(resp.Header["Server-Timing"]) > 0 {
 				dropPlatformTimings(resp.Header)
@@ -326,6 +332,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	status := func() int { return cmp.Or(sk.Status(), http.StatusOK) }
 	requestID := RequestID(r)
+	// Event headers are the platform's event sources' (Events), never a public caller's: a
+	// handler may trust them.
+	var source, messageID string
+	if r.Context().Value(eventsKey{}) != nil {
+		source, messageID = r.Header.Get(apiv1.HeaderEventSource), r.Header.Get(apiv1.HeaderEventMessageID)
+	} else {
+		dropEventHeaders(r.Header)
+	}
 	var ns, name, rest, prefix string
 	if p.o.fnDomain != "" {
 		if hns, hname, under, ok := runspec.SplitFunctionHost(p.o.fnDomain, r.Host); under {
@@ -359,7 +373,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		p.inv.Record(context.WithoutCancel(r.Context()), ns, name, apiv1.Invocation{
 			Time: start.UTC(), Status: status(), RequestID: requestID,
-			DurationMS: float64(time.Since(start).Microseconds()) / 1000,
+			DurationMS: float64(time.Since(start).Microseconds()) / 1000, Source: source, MessageID: messageID,
 		})
 	}()
 	fn, err := p.view.Functions.Get(r.Context(), ns, name)

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/lifecycle"
 	"github.com/sless-dev/sless/local/state"
@@ -72,6 +73,12 @@ func (c *controller) changed(k state.Kind, ns, name string) {
 	case state.KindSecret:
 		// Its values are part of the run configuration of the functions that use it.
 		c.enqueueUsers(ns, name)
+	case state.KindFunction:
+		c.queue.Add(key{k, ns, name})
+		// A rabbitmq trigger consumes only while its function exists.
+		c.enqueueTriggers(ns, func(t objects.Trigger) bool {
+			return t.Spec.Type == apiv1.TriggerRabbitMQ && t.Spec.FunctionRef == name
+		})
 	default:
 		c.queue.Add(key{k, ns, name})
 	}
@@ -96,6 +103,42 @@ func (c *controller) enqueueUsers(ns, secret string) {
 	for _, f := range fns {
 		if f.Spec.RefersTo(secret) {
 			c.queue.Add(key{state.KindFunction, ns, f.Spec.Name})
+		}
+	}
+	// A rabbitmq trigger's broker URL.
+	c.enqueueTriggers(ns, func(t objects.Trigger) bool {
+		if t.Spec.RabbitMQ == nil {
+			return false
+		}
+		s, _, err := apiv1.SplitSecretRef(t.Spec.RabbitMQ.URLSecret)
+		return err == nil && s == secret
+	})
+}
+
+// enqueueTriggers enqueues ns's triggers that match.
+func (c *controller) enqueueTriggers(ns string, match func(objects.Trigger) bool) {
+	ts, err := c.p.db.Triggers.List(context.Background(), ns)
+	if err != nil {
+		return
+	}
+	for _, t := range ts {
+		if match(t) {
+			c.queue.Add(key{state.KindTrigger, ns, t.Spec.Name})
+		}
+	}
+}
+
+// enqueueKind enqueues every namespace's triggers that match.
+func (c *controller) enqueueKind(match func(objects.Trigger) bool) {
+	all, err := c.p.db.Triggers.All()
+	if err != nil {
+		return
+	}
+	for ns, ts := range all {
+		for _, t := range ts {
+			if match(t) {
+				c.queue.Add(key{state.KindTrigger, ns, t.Spec.Name})
+			}
 		}
 	}
 }

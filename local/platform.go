@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sless-dev/sless/activator"
+	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/autoscale"
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/codestore"
@@ -83,6 +84,9 @@ type Config struct {
 	Progress io.Writer
 	// Quota caps each namespace (tenant) on this host; a zero field: no cap.
 	Quota Quota
+	// AllowBrokers are HOST:PORT a rabbitmq trigger may connect to although they are this host's
+	// or outside the namespace's egress (a broker on the host itself).
+	AllowBrokers []string
 	// Autoscale changes the decider's windows (autoscale.WithStableWindow, WithPanicWindow);
 	// AutoscaleTick is how often every function is looked at (default 1 s).
 	Autoscale     []autoscale.Option
@@ -122,6 +126,7 @@ type Platform struct {
 	run      *runner.Runner
 	uids     *uidRanges
 	ctrl     *controller
+	mq       *consumers
 	egress   *egress
 
 	stopGuard context.CancelFunc
@@ -164,6 +169,7 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 			Help: "Parts of the network confinement found missing or changed and put back (part: bridge, br_netfilter, ipv6, iptables, ip6tables)."}, []string{"part"})}
 	p.readyErr.Store("installing runtime images")
 	p.ctrl = newController(p)
+	p.mq = newConsumers(p)
 	if p.ctrl.scaler, err = newAutoscaler(p.ctrl, cfg.Autoscale, cmp.Or(cfg.AutoscaleTick, time.Second)); err != nil {
 		return nil, err
 	}
@@ -261,7 +267,9 @@ func Open(ctx context.Context, cfg Config) (*Platform, error) {
 }
 
 // Collectors are the platform's own metrics, for the API's /metrics.
-func (p *Platform) Collectors() []prometheus.Collector { return []prometheus.Collector{p.restored} }
+func (p *Platform) Collectors() []prometheus.Collector {
+	return append([]prometheus.Collector{p.restored}, p.mq.metrics.Collectors()...)
+}
 
 func (p *Platform) confinementRestored(r network.Restored) {
 	p.log.Warn("network confinement restored: it was missing or changed", "part", r.Part, "detail", r.Detail)
@@ -272,7 +280,7 @@ func (p *Platform) confinementRestored(r network.Restored) {
 func (p *Platform) Backend() objects.Backend {
 	return objects.Backend{Namespaces: &namespaces{Namespaces: p.db.Namespaces, p: p}, Functions: p.db.Functions, Triggers: p.db.Triggers,
 		Jobs: p.db.Jobs, Secrets: p.secrets, Invocations: p.db.Invocations, Code: p.code, Resolver: p.run, Instances: source{p.run, p.ctrl.scaler}, Scaler: p.ctrl.scaler,
-		Logs: p.run, Egress: p.egress, RuntimeImages: p}
+		Logs: p.run, Egress: p.egress, RuntimeImages: p, TriggerTypes: []apiv1.TriggerType{apiv1.TriggerHTTP, apiv1.TriggerCron, apiv1.TriggerRabbitMQ}}
 }
 
 // RuntimeImage is the image by digest functions of runtime rt are built on here: none before Run
@@ -358,6 +366,7 @@ func (p *Platform) Run(ctx context.Context) error {
 	p.log.Info("ready", "registry", p.reg.Addr(), "instance", p.instance)
 	<-ctx.Done()
 	p.ctrl.stop()
+	p.mq.stopAll()
 	wg.Wait()
 	return nil
 }

@@ -18,8 +18,15 @@ import (
 // its function has an image to run (as the Kubernetes backend reports it).
 func (c *controller) reconcileTrigger(ctx context.Context, ns, name string) error {
 	t, err := c.p.db.Triggers.Get(ctx, ns, name)
+	if errors.Is(err, objects.ErrNotFound) {
+		c.p.mq.stop(ns, name)
+		return nil
+	}
 	if err != nil {
 		return err
+	}
+	if t.Spec.Type == apiv1.TriggerRabbitMQ {
+		return c.p.mq.reconcile(ctx, ns, t)
 	}
 	// The function's build enqueues its cron triggers (enqueueJobsOf).
 	fn, err := c.p.db.Functions.Get(ctx, ns, t.Spec.FunctionRef)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/sless-dev/sless/activator"
@@ -91,7 +92,9 @@ type TriggerSpec struct {
 	Type        apiv1.TriggerType `json:"type"`
 	FunctionRef string            `json:"function_ref"`
 	Schedule    string            `json:"schedule,omitempty"`
-	Enabled     *bool             `json:"enabled,omitempty"`
+	// RabbitMQ is a rabbitmq trigger's queue, defaults filled in.
+	RabbitMQ *apiv1.RabbitMQTrigger `json:"rabbitmq,omitempty"`
+	Enabled  *bool                  `json:"enabled,omitempty"`
 }
 
 // JobSpec is what the API stores for a job; a higher RunID asks for another run.
@@ -174,9 +177,20 @@ type Backend struct {
 	Serving *ServingView
 	// Egress keeps the namespaces' egress rules (GET/PUT …/egress); nil answers 503 there.
 	Egress Egress
+	// TriggerTypes are the trigger types the backend runs; the API refuses others (400). Nil: http
+	// and cron.
+	TriggerTypes []apiv1.TriggerType
 	// RuntimeImages, when set, says which runtime image, by digest, this install builds each
 	// runtime's functions on (GET /v1/runtimes shows it); nil lists the runtimes without images.
 	RuntimeImages RuntimeImages
+}
+
+// Runs reports whether the backend runs triggers of type t.
+func (b Backend) Runs(t apiv1.TriggerType) bool {
+	if b.TriggerTypes == nil {
+		return t == apiv1.TriggerHTTP || t == apiv1.TriggerCron
+	}
+	return slices.Contains(b.TriggerTypes, t)
 }
 
 // RuntimeImages are the runtime images a backend builds functions on (build.Pipeline is one).

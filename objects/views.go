@@ -59,7 +59,7 @@ func JobView(o Job) apiv1.Job {
 // it (runspec.DisabledBy).
 func WireTrigger(o Trigger) apiv1.Trigger {
 	sp := o.Spec
-	return apiv1.Trigger{Name: sp.Name, Type: sp.Type, FunctionRef: sp.FunctionRef, Schedule: sp.Schedule, Enabled: sp.Enabled}
+	return apiv1.Trigger{Name: sp.Name, Type: sp.Type, FunctionRef: sp.FunctionRef, Schedule: sp.Schedule, RabbitMQ: sp.RabbitMQ, Enabled: sp.Enabled}
 }
 
 // WireTriggers is WireTrigger of each of ts.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,6 +92,8 @@ type Status struct {
 	Delivered    int64 // acknowledged after a 2xx
 	DeadLettered int64
 	Retried      int64 // attempts tried again (back-pressure included)
+	// Sessions counts the connections that got as far as consuming.
+	Sessions int64
 }
 
 // Result is one message's end or one retry, for metrics and events.
@@ -240,7 +243,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("consuming queue %q: %w", c.cfg.Queue, err)
 	}
-	c.update(func(s *Status) { s.Connected, s.LastError = true, "" })
+	c.update(func(s *Status) { s.Connected, s.LastError = true, ""; s.Sessions++ })
 
 	// Handlers stop when the session does; what they had not acknowledged is delivered again.
 	sctx, cancel := context.WithCancel(ctx)
@@ -414,19 +417,30 @@ func (c *Consumer) dial(ctx context.Context) func(network, addr string) (net.Con
 	}
 }
 
-// redact removes the URL's password from err's text (a parse or dial error may quote the URL).
+// redact removes the URL's credentials from err's text (a parse or dial error may quote the URL):
+// the URL and its user:password@ part wherever they appear. (Not the bare password: a short one
+// would mangle the words around it.)
 func redact(err error, rawURL string) error {
-	u, perr := amqp.ParseURI(rawURL)
-	if perr != nil || u.Password == "" {
-		return err
+	u, perr := url.Parse(rawURL)
+	if perr != nil || u.User == nil {
+		return redacted{err, []string{rawURL}}
 	}
-	return redacted{err, u.Password}
+	return redacted{err, []string{rawURL, u.User.String() + "@"}}
 }
 
 type redacted struct {
-	err      error
-	password string
+	err  error
+	hide []string
 }
 
-func (r redacted) Error() string { return strings.ReplaceAll(r.err.Error(), r.password, "xxxxx") }
+func (r redacted) Error() string {
+	s := r.err.Error()
+	for _, h := range r.hide {
+		if h != "" {
+			s = strings.ReplaceAll(s, h, "xxxxx")
+		}
+	}
+	return s
+}
+
 func (r redacted) Unwrap() error { return r.err }

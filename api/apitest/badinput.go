@@ -193,6 +193,22 @@ func testInvalidSpecs(t *testing.T, bk Backend) {
 		{"six-field cron", "POST", "/triggers", `{"name":"t","type":"cron","function_ref":"target","schedule":"0 0 9 * * *"}`},
 		{"schedule on http", "POST", "/triggers", `{"name":"t","type":"http","function_ref":"target","schedule":"* * * * *"}`},
 		{"unknown trigger type", "POST", "/triggers", `{"name":"t","type":"kafka","function_ref":"target"}`},
+		{"rabbitmq without its block", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target"}`},
+		{"rabbitmq block on http", "POST", "/triggers", `{"name":"t","type":"http","function_ref":"target","rabbitmq":{"url_secret":"mq/url","queue":"q"}}`},
+		{"rabbitmq with a schedule", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target","schedule":"* * * * *","rabbitmq":{"url_secret":"mq/url","queue":"q"}}`},
+		{"rabbitmq URL inline", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target","rabbitmq":{"url_secret":"amqp://u:hunter2@broker/","queue":"q"}}`},
+		{"rabbitmq url_secret without key", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target","rabbitmq":{"url_secret":"mq","queue":"q"}}`},
+		{"rabbitmq url_secret bad name", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target","rabbitmq":{"url_secret":"MQ/url","queue":"q"}}`},
+		{"rabbitmq no queue", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target","rabbitmq":{"url_secret":"mq/url"}}`},
+		{"rabbitmq reserved queue", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target","rabbitmq":{"url_secret":"mq/url","queue":"amq.gen-x"}}`},
+		{"rabbitmq queue 256 bytes", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target","rabbitmq":{"url_secret":"mq/url","queue":"` + strings.Repeat("q", 256) + `"}}`},
+		{"rabbitmq queue with a newline", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target","rabbitmq":{"url_secret":"mq/url","queue":"a\nb"}}`},
+		{"rabbitmq dead letter is the queue", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target","rabbitmq":{"url_secret":"mq/url","queue":"q","dead_letter":"q"}}`},
+		{"rabbitmq prefetch 1001", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target","rabbitmq":{"url_secret":"mq/url","queue":"q","prefetch":1001}}`},
+		{"rabbitmq negative prefetch", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target","rabbitmq":{"url_secret":"mq/url","queue":"q","prefetch":-1}}`},
+		{"rabbitmq negative max_retries", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target","rabbitmq":{"url_secret":"mq/url","queue":"q","max_retries":-1}}`},
+		{"rabbitmq max_retries 101", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target","rabbitmq":{"url_secret":"mq/url","queue":"q","max_retries":101}}`},
+		{"rabbitmq backoff beyond an hour", "POST", "/triggers", `{"name":"t","type":"rabbitmq","function_ref":"target","rabbitmq":{"url_secret":"mq/url","queue":"q","retry_backoff_ms":3600001}}`},
 		{"job event not JSON", "POST", "/jobs", `{"name":"j","function_ref":"target","event_json":"{oops","run_id":1}`},
 		{"negative run_id", "POST", "/jobs", `{"name":"j","function_ref":"target","run_id":-1}`},
 		{"%2F in a name", "GET", "/functions/a%2Fb", ``},
@@ -207,6 +223,9 @@ func testInvalidSpecs(t *testing.T, bk Backend) {
 			var m apiv1.ErrorBody
 			if json.Unmarshal(b, &m); m.Error.Message == "" {
 				t.Error("no message")
+			}
+			if strings.Contains(string(b), "hunter2") {
+				t.Errorf("the answer repeats the inline URL's password: %s", b)
 			}
 		})
 	}

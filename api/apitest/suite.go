@@ -22,6 +22,8 @@ func Run(t *testing.T, b Backend) {
 		{"ProxyTriggerRule", testProxyTriggerRule},
 		{"ProxyStreams", testProxyStreams},
 		{"ProxyConfinesResponses", testProxyConfinesResponses},
+		{"ProxyEventHeaders", testProxyEventHeaders},
+		{"RabbitMQTriggerSpec", testRabbitMQTriggerSpec},
 		{"FunctionHosts", testFunctionHosts},
 		{"UploadThrottle", testUploadThrottle},
 		{"RebuildThrottle", testRebuildThrottle},

@@ -30,8 +30,9 @@ type TriggerType string
 
 // Trigger types.
 const (
-	TriggerHTTP TriggerType = "http"
-	TriggerCron TriggerType = "cron"
+	TriggerHTTP     TriggerType = "http"
+	TriggerCron     TriggerType = "cron"
+	TriggerRabbitMQ TriggerType = "rabbitmq"
 )
 
 // Function is a user's function: its spec and what the platform made of it.
@@ -86,16 +87,48 @@ type BuildInfo struct {
 	DepsWarning string `json:"deps_warning,omitempty"`
 }
 
-// Trigger makes a function reachable over HTTP (type "http") or runs it on a schedule ("cron").
-// Only Enabled changes in place; the other fields are fixed once created.
+// Trigger makes a function reachable over HTTP (type "http"), runs it on a schedule ("cron") or
+// with every message of a RabbitMQ queue ("rabbitmq"). Only Enabled changes in place; the other
+// fields are fixed once created.
 type Trigger struct {
-	Name        string        `json:"name"`
-	Type        TriggerType   `json:"type"`
-	FunctionRef string        `json:"function_ref"`
-	Schedule    string        `json:"schedule,omitempty"`
-	Enabled     *bool         `json:"enabled,omitempty"` // omitted on create means true
-	Status      TriggerStatus `json:"status"`
+	Name        string           `json:"name"`
+	Type        TriggerType      `json:"type"`
+	FunctionRef string           `json:"function_ref"`
+	Schedule    string           `json:"schedule,omitempty"`
+	RabbitMQ    *RabbitMQTrigger `json:"rabbitmq,omitempty"`
+	Enabled     *bool            `json:"enabled,omitempty"` // omitted on create means true
+	Status      TriggerStatus    `json:"status"`
 }
+
+// RabbitMQTrigger is a rabbitmq trigger's queue and delivery rule. Answers show the defaults in
+// force.
+type RabbitMQTrigger struct {
+	// URLSecret names the namespace secret key ("SECRET/KEY") holding the broker's amqp:// or
+	// amqps:// URL with its credentials: never inline.
+	URLSecret string `json:"url_secret"`
+	// Queue is declared durable unless Passive (then it must exist).
+	Queue   string `json:"queue"`
+	Passive bool   `json:"passive,omitempty"`
+	// Prefetch bounds the messages in flight (1 keeps them in order); default 10.
+	Prefetch int `json:"prefetch,omitempty"`
+	// MaxRetries: a message the function fails on (5xx, timeout, lost instance) is tried again up
+	// to this many times, RetryBackoffMS apart and doubling, then dead-lettered; default 5.
+	MaxRetries     *int `json:"max_retries,omitempty"`
+	RetryBackoffMS int  `json:"retry_backoff_ms,omitempty"`
+	// DeadLetter is the queue failed messages go to (always declared); default Queue + ".dlq".
+	DeadLetter string `json:"dead_letter,omitempty"`
+}
+
+// Defaults and bounds of a rabbitmq trigger.
+const (
+	DefaultPrefetch       = 10
+	MaxPrefetch           = 1000
+	DefaultMaxRetries     = 5
+	MaxMaxRetries         = 100
+	DefaultRetryBackoffMS = 1000
+	MaxRetryBackoffMS     = 3_600_000
+	DeadLetterSuffix      = ".dlq"
+)
 
 // IsEnabled reads Enabled with its default (true).
 func (t Trigger) IsEnabled() bool { return t.Enabled == nil || *t.Enabled }
@@ -105,6 +138,14 @@ type TriggerStatus struct {
 	Active           bool       `json:"active"`
 	URL              string     `json:"url,omitempty"`
 	LastScheduleTime *time.Time `json:"last_schedule_time,omitempty"`
+	// A rabbitmq trigger's consumer: connected to its broker and consuming, why not or the last
+	// failed delivery, messages in flight, acknowledged after a 2xx and dead-lettered since the
+	// consumer started.
+	Connected         bool   `json:"connected,omitempty"`
+	LastError         string `json:"last_error,omitempty"`
+	InFlight          int    `json:"in_flight,omitempty"`
+	DeliveredTotal    int64  `json:"delivered_total,omitempty"`
+	DeadLetteredTotal int64  `json:"dead_lettered_total,omitempty"`
 }
 
 // TriggerPatch is the body of PATCH …/triggers/{name}.
@@ -142,6 +183,10 @@ type Invocation struct {
 	Status     int       `json:"status"`
 	DurationMS float64   `json:"duration_ms"`
 	RequestID  string    `json:"request_id,omitempty"`
+	// Source is what called: "" for /fn/ over HTTP, "rabbitmq" for a trigger's message
+	// (MessageID is then the message's id).
+	Source    string `json:"source,omitempty"`
+	MessageID string `json:"message_id,omitempty"`
 }
 
 // Namespace answers POST /v1/namespaces/{ns}/ensure.

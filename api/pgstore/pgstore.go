@@ -195,12 +195,12 @@ func (s *Invocations) List(ctx context.Context, ns, name string, q objects.Invoc
 	}
 	s.mu.Unlock()
 
-	rows, err := s.pool.Query(qctx, `SELECT time, status, duration_ms, request_id FROM invocations
+	rows, err := s.pool.Query(qctx, `SELECT time, status, duration_ms, request_id, source, message_id FROM invocations
 		WHERE namespace = $1 AND function = $2 AND time < $3
 		ORDER BY time DESC, id DESC LIMIT $4`, ns, name, before, limit)
 	if err == nil {
 		var inv apiv1.Invocation
-		_, err = pgx.ForEachRow(rows, []any{&inv.Time, &inv.Status, &inv.DurationMS, &inv.RequestID}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&inv.Time, &inv.Status, &inv.DurationMS, &inv.RequestID, &inv.Source, &inv.MessageID}, func() error {
 			inv.Time = inv.Time.UTC()
 			out = append(out, inv)
 			return nil
@@ -425,10 +425,10 @@ func (s *Invocations) flush(ctx context.Context) (done bool, err error) {
 		return true, nil
 	}
 	_, err = s.pool.CopyFrom(ctx, pgx.Identifier{"invocations"},
-		[]string{"namespace", "function", "time", "status", "duration_ms", "request_id"},
+		[]string{"namespace", "function", "time", "status", "duration_ms", "request_id", "source", "message_id"},
 		pgx.CopyFromSlice(n, func(i int) ([]any, error) {
 			r := batch[i]
-			return []any{r.ns, r.name, r.inv.Time, r.inv.Status, r.inv.DurationMS, r.inv.RequestID}, nil
+			return []any{r.ns, r.name, r.inv.Time, r.inv.Status, r.inv.DurationMS, r.inv.RequestID, r.inv.Source, r.inv.MessageID}, nil
 		}))
 	if err != nil {
 		s.setDown(err)

@@ -61,6 +61,7 @@ type upConfig struct {
 	dataDir, regListen, podmanRoot, basesDir, basesScript string
 	depsCA, subnetFlag                                    string
 	secretsKey                                            string
+	allowBrokers                                          []string
 	subnet                                                netip.Prefix
 	egressOpt                                             options.Egress
 	egress                                                runspec.EgressInstall
@@ -93,6 +94,7 @@ func (c *upConfig) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.connMax, "egress-conn-max", network.DefaultConnMax, "connections one tenant container may have tracked at once")
 	fs.DurationVar(&c.guardEvery, "confinement-check-interval", 2*time.Second, "how often the network confinement (chains, jumps, br_netfilter, IPv6 off on the bridges) is checked and restored; a container start also checks it first")
 	fs.IntVar(&c.runs, "tenant-quota-runs", defaultQuotaRuns, "job and cron runs a namespace may have going at once; one beyond waits (0: no cap)")
+	fs.StringArrayVar(&c.allowBrokers, "allow-broker", nil, "HOST:PORT of a message broker rabbitmq triggers may connect to although it is this host's or outside their namespace's egress, e.g. a broker on this host (repeatable)")
 	fs.BoolVar(&c.testClock, "test-clock", false, "cron follows a manual clock set with POST /debug/clock?time=RFC3339 (tests only)")
 	fs.BoolVar(&c.quiet, "quiet", false, "no request log on stderr")
 }
@@ -123,6 +125,11 @@ func (c *upConfig) complete() error {
 			if !a.Prefix.Addr().Is4() {
 				return usageError{fmt.Sprintf("--egress-allow %s: only IPv4 ranges (containers have no IPv6)", a)}
 			}
+		}
+	}
+	for _, b := range c.allowBrokers {
+		if host, port, err := net.SplitHostPort(b); err != nil || host == "" || port == "" {
+			return usageError{fmt.Sprintf("--allow-broker %q: want HOST:PORT", b)}
 		}
 	}
 	if c.guardEvery <= 0 {
@@ -213,7 +220,7 @@ func runUp(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error {
 		BasesDir: c.basesDir, Clock: clock, Logger: logger, Progress: stderr,
 		PipIndexURL: c.indexes.PipIndexURL, NPMRegistry: c.indexes.NPMRegistry, DepsCAFile: c.depsCA, Subnet: c.subnet, IndexHosts: c.indexes.Hosts,
 		Egress: c.egress, ConnRate: c.connRate, ConnMax: c.connMax, GuardInterval: c.guardEvery,
-		Quota: c.localQuota(), Autoscale: c.autoscale.DeciderOptions(), ObserveBuild: builds.Observe, SecretsKeyFile: c.secretsKey})
+		Quota: c.localQuota(), Autoscale: c.autoscale.DeciderOptions(), ObserveBuild: builds.Observe, SecretsKeyFile: c.secretsKey, AllowBrokers: c.allowBrokers})
 	if err != nil {
 		return err
 	}
@@ -225,6 +232,7 @@ func runUp(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error {
 	srv.Metrics().MustRegister(builds)
 	srv.Metrics().MustRegister(p.Collectors()...)
 	p.UseLoads(srv.Activator().Loads)
+	p.UseEvents(srv.Events())
 	var handler http.Handler = srv.Handler()
 	if manual != nil {
 		handler = clockHandler(manual, p, handler)

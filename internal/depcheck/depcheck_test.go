@@ -30,10 +30,10 @@ var allowed = map[string][]string{
 	"objects":                 {"activator", "api/apiv1", "codestore", "lifecycle", "runspec"}, // the object model and the stores' contracts
 	"invoke":                  {"activator", "api/apiv1", "objects", "runspec"},                // /fn/
 	"activator":               {},
-	"delivery":                {},           // one retry and dead-letter rule for queue triggers and async invocations
-	"rabbitmq":                {"delivery"}, // a RabbitMQ trigger's consumer
+	"delivery":                {},                        // one retry and dead-letter rule for queue triggers and async invocations
+	"rabbitmq":                {"api/apiv1", "delivery"}, // a RabbitMQ trigger's consumer
 	"api/memstore":            {"api/apiv1", "codestore", "lifecycle", "objects"},
-	"api/apitest":             {"api", "api/apiv1", "api/auth", "api/client", "api/memstore", "codestore", "fnlog", "invoke", "lifecycle", "objects"},
+	"api/apitest":             {"api", "api/apiv1", "api/auth", "api/client", "api/memstore", "codestore", "fnlog", "invoke", "lifecycle", "objects", "rabbitmq"},
 	"api/pgstore":             {"api/apiv1", "objects"}, // the invocation history in PostgreSQL (pgx, goose, prometheus)
 	"layers":                  {},
 	"deps":                    {"api/apiv1", "layers"},
@@ -56,7 +56,7 @@ var allowed = map[string][]string{
 	"local/runner":            {"activator", "api/apiv1", "fnlog", "local/podman", "objects", "runspec"},
 	"local/runtimeimages":     {"oci", "runtimes"},
 	"local": {"activator", "api/apiv1", "autoscale", "build", "codestore", "deps", "fnlog", "indexproxy", "internal/regauth", "internal/registry", "lifecycle", "local/network", "local/podman", "local/runner",
-		"local/runtimeimages", "local/state", "objects", "oci", "runspec"},
+		"local/runtimeimages", "local/state", "objects", "oci", "rabbitmq", "runspec", "delivery"},
 	"provider":          {"api/apiv1", "api/client"},
 	"internal/regauth":  {},
 	"internal/registry": {"internal/regauth"},

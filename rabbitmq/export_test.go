@@ -1,0 +1,4 @@
+package rabbitmq
+
+// Redact is redact, for the tests.
+var Redact = redact

@@ -1,0 +1,153 @@
+package rabbitmq
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/delivery"
+)
+
+// FunctionInvoker sends each message to a function through /fn/ — the activator's path, so a
+// function at zero is started and the message waits, and an in-flight delivery keeps an instance
+// from scaling down — as a POST whose body is the message body and whose X-Sless-Event-* headers
+// carry its properties and headers.
+type FunctionInvoker struct {
+	Namespace, Function, Trigger string
+	// Handler is /fn/ in this process (api.Server.Events); without it Client sends to BaseURL
+	// (the API's address).
+	Handler http.Handler
+	Client  *http.Client
+	BaseURL string
+}
+
+// Invoke sends m and reads what came back: the status, whether the function or /fn/ answered,
+// /fn/'s Retry-After.
+func (f FunctionInvoker) Invoke(ctx context.Context, m Message) delivery.Outcome {
+	target := "/fn/" + url.PathEscape(f.Namespace) + "/" + url.PathEscape(f.Function)
+	if f.Handler == nil {
+		target = f.BaseURL + target
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(m.Body))
+	if err != nil {
+		return delivery.Outcome{Err: err}
+	}
+	setEventHeaders(req.Header, f.Trigger, m)
+	if f.Handler != nil {
+		w := &discard{header: http.Header{}}
+		f.Handler.ServeHTTP(w, req)
+		return outcome(w.status, w.header)
+	}
+	resp, err := f.Client.Do(req)
+	if err != nil {
+		return delivery.Outcome{Err: err}
+	}
+	resp.Body.Close()
+	return outcome(resp.StatusCode, resp.Header)
+}
+
+func outcome(status int, h http.Header) delivery.Outcome {
+	if status == 0 {
+		status = http.StatusOK
+	}
+	o := delivery.Outcome{Status: status, FromFunction: h.Get(apiv1.HeaderError) == ""}
+	if !o.FromFunction {
+		if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil && s > 0 {
+			o.RetryAfter = time.Duration(s) * time.Second
+		}
+	}
+	return o
+}
+
+func setEventHeaders(h http.Header, trigger string, m Message) {
+	h.Set("Content-Type", m.ContentType)
+	if m.ContentType == "" {
+		h.Set("Content-Type", "application/octet-stream")
+	}
+	h.Set(apiv1.HeaderEventSource, apiv1.SourceRabbitMQ)
+	h.Set(apiv1.HeaderEventTrigger, trigger)
+	set := func(k, v string) {
+		if v != "" {
+			h.Set(k, headerSafe(v))
+		}
+	}
+	set(apiv1.HeaderEventMessageID, m.MessageID)
+	set(apiv1.HeaderEventCorrelationID, m.CorrelationID)
+	set(apiv1.HeaderEventExchange, m.Exchange)
+	set(apiv1.HeaderEventRoutingKey, m.RoutingKey)
+	h.Set(apiv1.HeaderEventRedelivered, strconv.FormatBool(m.Redelivered))
+	h.Set(apiv1.HeaderEventDeliveryCount, strconv.Itoa(m.DeliveryCount))
+	if len(m.Headers) > 0 {
+		if b, err := json.Marshal(jsonable(m.Headers)); err == nil {
+			h.Set(apiv1.HeaderEventHeaders, string(b))
+		}
+	}
+}
+
+// headerSafe keeps a property a publisher chose from breaking the request: control characters
+// (CR, LF) become spaces. JSON-encoded headers are ASCII already.
+func headerSafe(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c == 0x7f {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
+
+// jsonable turns AMQP table values JSON cannot take (byte slices, decimals, nested tables) into
+// ones it can.
+func jsonable(t map[string]any) map[string]any {
+	out := make(map[string]any, len(t))
+	for k, v := range t {
+		out[k] = jsonValue(v)
+	}
+	return out
+}
+
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case []byte:
+		return string(x)
+	case map[string]any:
+		return jsonable(x)
+	case []any:
+		out := make([]any, len(x))
+		for i := range x {
+			out[i] = jsonValue(x[i])
+		}
+		return out
+	case time.Time:
+		return x.UTC().Format(time.RFC3339)
+	case string, bool, int, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64, nil:
+		return x
+	}
+	return nil
+}
+
+// discard is the in-process answer: its status and headers, the body dropped (the function's
+// answer is not the queue's business).
+type discard struct {
+	header http.Header
+	status int
+}
+
+func (d *discard) Header() http.Header { return d.header }
+func (d *discard) WriteHeader(code int) {
+	if d.status == 0 {
+		d.status = code
+	}
+}
+func (d *discard) Write(b []byte) (int, error) {
+	if d.status == 0 {
+		d.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (d *discard) Flush() {}
