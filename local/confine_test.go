@@ -128,9 +128,30 @@ func TestConfinementHolds(t *testing.T) {
 		return got
 	}
 	u.deploy(t, "probe", "python3.11", map[string]string{"handler.py": pyProbe})
-	ourRules := func() string {
+	// The instance's own rules: its chains (SLESS-<instance>-<generation>…) and the jumps from
+	// its subnet. Not the whole table: another instance on the host may hold rules a wait here
+	// would take for this one's.
+	mangle := func() []string {
 		out, _ := exec.Command("iptables-save", "-t", "mangle").Output()
-		return string(out)
+		return strings.Split(string(out), "\n")
+	}
+	var chainBase string
+	for _, l := range mangle() {
+		if target, ok := strings.CutPrefix(l, "-A PREROUTING -s "+subnet.String()+" -j "); ok {
+			chainBase = target[:strings.LastIndex(target, "-")+1] // "SLESS-<instance>-"
+		}
+	}
+	if chainBase == "" {
+		t.Fatalf("no jump from %s in the mangle table", subnet)
+	}
+	ourRules := func() string {
+		var ours []string
+		for _, l := range mangle() {
+			if strings.Contains(l, chainBase) || strings.Contains(l, "-s "+subnet.String()+" ") {
+				ours = append(ours, l)
+			}
+		}
+		return strings.Join(ours, "\n")
 	}
 
 	t.Run("DNAT to the host and to another bridge's container", func(t *testing.T) {

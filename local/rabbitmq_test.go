@@ -96,7 +96,7 @@ func TestRabbitMQTriggerUp(t *testing.T) {
 	if s := byID["bad"]; len(s) != 1 || s[0] != 422 {
 		t.Errorf("the refused message: invocations %v, want one 422", s)
 	}
-	dead := drainMQ(t, mq, "orders.dlq")
+	dead := mq.Drain(t, "orders.dlq")
 	if e, _ := dead["fail"].Headers["x-sless-error"].(string); !strings.Contains(e, "500") {
 		t.Errorf("dead letter of fail: %v", dead["fail"].Headers)
 	}
@@ -113,7 +113,7 @@ func TestRabbitMQTriggerUp(t *testing.T) {
 	}
 	waitFor(t, time.Minute, func() bool { s := trigger("orders"); return !s.Connected && !s.Active }, "the disabled trigger idle")
 	publishMQ(t, mq, "orders", "later-1", "later-2")
-	if q := queueState(t, mq, "orders"); q.Consumers != 0 || q.Messages != 2 {
+	if q := mq.Queue(t, "orders"); q.Consumers != 0 || q.Messages != 2 {
 		t.Errorf("disabled: queue %+v, want 2 messages and no consumer", q)
 	}
 	if _, err := u.c.SetTriggerEnabled(ctx, "orders", true); err != nil {
@@ -152,70 +152,16 @@ func TestRabbitMQTriggerUp(t *testing.T) {
 	})
 }
 
+// publishMQ sends one message per id, its body the id for "fail" and "bad", else "ok <id>".
 func publishMQ(t *testing.T, mq *testenv.RabbitMQ, queue string, ids ...string) {
 	t.Helper()
-	conn, err := amqp.Dial(mq.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range ids {
-		c, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, true, false, amqp.Publishing{
-			DeliveryMode: amqp.Persistent, MessageId: id, ContentType: "text/plain", Body: []byte(map[bool]string{true: id, false: "ok " + id}[id == "fail" || id == "bad"])})
-		if err != nil {
-			t.Fatal(err)
+	msgs := make([]amqp.Publishing, len(ids))
+	for i, id := range ids {
+		body := "ok " + id
+		if id == "fail" || id == "bad" {
+			body = id
 		}
-		if ok, err := c.WaitContext(context.Background()); !ok || err != nil {
-			t.Fatalf("publish %s: %v %v", id, ok, err)
-		}
+		msgs[i] = amqp.Publishing{MessageId: id, ContentType: "text/plain", Body: []byte(body)}
 	}
-}
-
-func drainMQ(t *testing.T, mq *testenv.RabbitMQ, queue string) map[string]amqp.Delivery {
-	t.Helper()
-	conn, err := amqp.Dial(mq.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]amqp.Delivery{}
-	for {
-		d, ok, err := ch.Get(queue, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			return out
-		}
-		out[d.MessageId] = d
-	}
-}
-
-func queueState(t *testing.T, mq *testenv.RabbitMQ, queue string) amqp.Queue {
-	t.Helper()
-	conn, err := amqp.Dial(mq.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return q
+	mq.Publish(t, queue, msgs...)
 }

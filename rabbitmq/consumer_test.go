@@ -76,65 +76,15 @@ func (r *recorder) waitFor(t *testing.T, what string, d time.Duration, cond func
 	}
 }
 
+// publish sends one message per id: body "body <id>", correlation id "c-<id>", a header of its own.
 func publish(t *testing.T, mq *testenv.RabbitMQ, queue string, ids ...string) {
 	t.Helper()
-	conn, err := amqp.Dial(mq.URL())
-	if err != nil {
-		t.Fatal(err)
+	msgs := make([]amqp.Publishing, len(ids))
+	for i, id := range ids {
+		msgs[i] = amqp.Publishing{MessageId: id, CorrelationId: "c-" + id, ContentType: "text/plain",
+			Headers: amqp.Table{"tenant-header": "v-" + id}, Body: []byte("body " + id)}
 	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var confs []*amqp.DeferredConfirmation
-	for _, id := range ids {
-		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, amqp.Publishing{
-			DeliveryMode: amqp.Persistent, MessageId: id, CorrelationId: "c-" + id, ContentType: "text/plain",
-			Headers: amqp.Table{"tenant-header": "v-" + id}, Body: []byte("body " + id)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		confs = append(confs, c)
-	}
-	for i, c := range confs {
-		if ok, err := c.WaitContext(ctx); err != nil || !ok {
-			t.Fatalf("message %s not confirmed: %v %v", ids[i], ok, err)
-		}
-	}
-}
-
-// drain reads every message now in queue (acknowledging them) and returns them by message id.
-func drain(t *testing.T, mq *testenv.RabbitMQ, queue string) map[string]amqp.Delivery {
-	t.Helper()
-	conn, err := amqp.Dial(mq.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]amqp.Delivery{}
-	for {
-		d, ok, err := ch.Get(queue, true)
-		if err != nil {
-			t.Fatalf("reading %s: %v", queue, err)
-		}
-		if !ok {
-			return out
-		}
-		out[d.MessageId] = d
-	}
+	mq.Publish(t, queue, msgs...)
 }
 
 func start(t *testing.T, cfg rabbitmq.Config, inv rabbitmq.Invoker) *rabbitmq.Consumer {
@@ -203,8 +153,8 @@ func TestAtLeastOnceThroughARestart(t *testing.T) {
 		inv.mu.Unlock()
 		return answered+int(s.DeadLettered) >= n && s.InFlight == 0
 	})
-	dead := drain(t, mq, "orders.dlq")
-	if !queueEmpty(mq, "orders") {
+	dead := mq.Drain(t, "orders.dlq")
+	if !queueEmpty(t, mq, "orders") {
 		t.Error("messages left in the queue")
 	}
 	inv.mu.Lock()
@@ -228,18 +178,8 @@ func TestAtLeastOnceThroughARestart(t *testing.T) {
 	}
 }
 
-func queueEmpty(mq *testenv.RabbitMQ, queue string) bool {
-	conn, err := amqp.Dial(mq.URL())
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return false
-	}
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	return err == nil && q.Messages == 0
+func queueEmpty(t *testing.T, mq *testenv.RabbitMQ, queue string) bool {
+	return mq.Queue(t, queue).Messages == 0
 }
 
 // With prefetch 1 messages are answered in the order they were published, retries included.
@@ -301,7 +241,7 @@ func TestDeadLetters(t *testing.T) {
 	if calls["poison"] != 4 || calls["bad-request"] != 1 || calls["throttled"] != 9 || calls["after"] != 1 {
 		t.Errorf("attempts %v, want poison 4 (max_retries 3), bad-request 1, throttled 9, after 1", calls)
 	}
-	dead := drain(t, mq, "q.dlq")
+	dead := mq.Drain(t, "q.dlq")
 	if len(dead) != 2 {
 		t.Fatalf("dead letters %v", dead)
 	}
@@ -315,7 +255,7 @@ func TestDeadLetters(t *testing.T) {
 	if e, _ := dead["bad-request"].Headers[rabbitmq.HeaderError].(string); !strings.Contains(e, "400") {
 		t.Errorf("bad-request's %s: %q", rabbitmq.HeaderError, e)
 	}
-	if !queueEmpty(mq, "q") {
+	if !queueEmpty(t, mq, "q") {
 		t.Error("messages left in the queue")
 	}
 }
