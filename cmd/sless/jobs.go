@@ -155,15 +155,32 @@ func triggersCmd() *cobra.Command {
 			}
 			rows := make([][]string, 0, len(ts))
 			for _, t := range ts {
-				rows = append(rows, []string{t.Name, string(t.Type), t.FunctionRef, orDash(t.Schedule),
-					strconv.FormatBool(t.IsEnabled()), strconv.FormatBool(t.Status.Active), orDash(t.Status.URL)})
+				source, state := orDash(t.Schedule), orDash(t.Status.URL)
+				if t.RabbitMQ != nil {
+					source = "queue " + oneLine(t.RabbitMQ.Queue, 60)
+					state = rabbitMQState(t.Status)
+				}
+				rows = append(rows, []string{t.Name, string(t.Type), t.FunctionRef, source,
+					strconv.FormatBool(t.IsEnabled()), strconv.FormatBool(t.Status.Active), state})
 			}
-			return table(cmd.OutOrStdout(), []string{"NAME", "TYPE", "FUNCTION", "SCHEDULE", "ENABLED", "ACTIVE", "URL"}, rows)
+			return table(cmd.OutOrStdout(), []string{"NAME", "TYPE", "FUNCTION", "SOURCE", "ENABLED", "ACTIVE", "URL/STATE"}, rows)
 		},
 	}
 	addOutputFlag(ls, &out)
 	c.AddCommand(ls, setTriggerCmd("enable", true), setTriggerCmd("disable", false))
 	return c
+}
+
+// rabbitMQState is a rabbitmq trigger's consumer for a table cell: connected with its counts, or
+// why not (the last error is the broker's or the platform's text: made safe for a terminal).
+func rabbitMQState(s apiv1.TriggerStatus) string {
+	if s.Connected {
+		return fmt.Sprintf("connected, %d delivered, %d dead-lettered, %d in flight", s.DeliveredTotal, s.DeadLetteredTotal, s.InFlight)
+	}
+	if s.LastError != "" {
+		return "not connected: " + oneLine(s.LastError, 80)
+	}
+	return "not connected"
 }
 
 func setTriggerCmd(verb string, enabled bool) *cobra.Command {

@@ -104,3 +104,15 @@ func TestStatusMessagesAreNotTerminalControl(t *testing.T) {
 		}
 	}
 }
+
+// A rabbitmq trigger's state in `sless triggers ls`: its counts when connected, else its last error
+// (the broker's or the platform's text) without terminal controls.
+func TestRabbitMQStateIsNotTerminalControl(t *testing.T) {
+	got := rabbitMQState(apiv1.TriggerStatus{LastError: "connecting: \x1b]0;pwned\x07\x1b[2J\rrefused\u009b31m"})
+	if strings.ContainsAny(got, "\x1b\x07\r\u009b") || !strings.HasPrefix(got, "not connected: connecting: refused") {
+		t.Errorf("shown as %q", got)
+	}
+	if got := rabbitMQState(apiv1.TriggerStatus{Connected: true, DeliveredTotal: 7, DeadLetteredTotal: 1, InFlight: 2}); got != "connected, 7 delivered, 1 dead-lettered, 2 in flight" {
+		t.Errorf("connected: %q", got)
+	}
+}
