@@ -157,6 +157,18 @@ func (l *Logs) readPod(ctx context.Context, ns, name, pod string, q objects.LogQ
 			if ctx.Err() != nil {
 				return nil
 			}
+			// A follower outlasts a client-side failure (its rate limiter refusing a wait that
+			// would pass the reader's deadline, a broken connection): it looks again, until the
+			// reader goes. What the API server answered is returned.
+			var status apierrors.APIStatus
+			if q.Follow && !errors.As(err, &status) {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(poll):
+					continue
+				}
+			}
 			return err
 		}
 		cs := containerStatus(p)
