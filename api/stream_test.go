@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/sless-dev/sless/api/auth"
 	"github.com/sless-dev/sless/api/memstore"
 	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/internal/testenv"
 	"github.com/sless-dev/sless/lifecycle"
 	"github.com/sless-dev/sless/objects"
 )
@@ -104,7 +104,7 @@ func TestColdStreamThroughTheAPI(t *testing.T) {
 // A stream the function cuts off (an exception mid-stream: no terminating chunk) is cut off for
 // the client too, and still gets its request log line, marked aborted, and its invocation record.
 func TestAbortedStreamIsLoggedAndRecorded(t *testing.T) {
-	var logs lockedLog
+	var logs testenv.LockedBuffer
 	url, inv := streamEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "first\n")
 		w.(http.Flusher).Flush()
@@ -131,15 +131,3 @@ func TestAbortedStreamIsLoggedAndRecorded(t *testing.T) {
 		t.Errorf("invocations %v, %v", l, err)
 	}
 }
-
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedLog) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }

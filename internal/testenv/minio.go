@@ -130,7 +130,7 @@ func (m *MinIOServer) run() (*exec.Cmd, func(), error) {
 		"--console-address", net.JoinHostPort(m.host, fmt.Sprint(m.console)), filepath.Join(m.dir, "data"))
 	cmd.Env = []string{"MINIO_ROOT_USER=" + m.AccessKey, "MINIO_ROOT_PASSWORD=" + m.SecretKey,
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CALLHOME_ENABLE=off", "HOME=" + filepath.Join(m.dir, "home")}
-	out := &lockedBuffer{}
+	out := &LockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// A test process that is killed takes its MinIO with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

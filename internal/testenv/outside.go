@@ -68,12 +68,12 @@ func StartOutside(t testing.TB) *Outside {
 	// http.server's reverse lookup of its address fails at once instead of timing out.
 	// replace, not add: a run killed before its cleanup leaves the route, which would fail every later run.
 	run("route", "replace", metadata+"/32", "via", nsIP)
-	var serverLogs []*lockedBuffer
+	var serverLogs []*LockedBuffer
 	o := &Outside{URL: "http://" + nsIP + ":8000", MetadataURL: "http://" + metadata + ":8000", ns: ns, hostIP: hostIP}
 	for _, addr := range []string{nsIP, metadata} {
 		ctx, cancel := context.WithCancel(context.Background())
 		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "python3", "-m", "http.server", "--bind", addr, "8000", "--directory", t.TempDir())
-		var logs lockedBuffer
+		var logs LockedBuffer
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		serverLogs = append(serverLogs, &logs)
 		if err := cmd.Start(); err != nil {

@@ -43,7 +43,7 @@ type Postgres struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
-	out  *lockedBuffer // the server's log (stderr), over every start
+	out  *LockedBuffer // the server's log (stderr), over every start
 }
 
 // PostgreSQL starts a PostgreSQL server on 127.0.0.1 for the test's lifetime, its data in a
@@ -81,7 +81,7 @@ func StartPostgres(host, dir string) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{Host: host, User: "sless", Database: "postgres", Dir: dir, bin: bin, out: &lockedBuffer{}}
+	p := &Postgres{Host: host, User: "sless", Database: "postgres", Dir: dir, bin: bin, out: &LockedBuffer{}}
 	if p.Port, err = ports.FreeOn(host); err != nil {
 		return nil, fmt.Errorf("finding a free port on %s: %w", host, err)
 	}
@@ -128,7 +128,7 @@ func (p *Postgres) initdb() error {
 		}
 	}
 	data := filepath.Join(p.Dir, "data")
-	out := &lockedBuffer{}
+	out := &LockedBuffer{}
 	cmd := p.command(filepath.Join(p.bin, "initdb"), "--pgdata", data, "--username", p.User, "--pwfile", pwfile,
 		"--auth", "scram-sha-256", "--encoding", "UTF8", "--locale", "C", "--no-sync")
 	cmd.Stdout, cmd.Stderr = out, out

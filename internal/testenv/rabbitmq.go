@@ -58,7 +58,7 @@ type RabbitMQ struct {
 	done     chan struct{}  // closed when cmd has exited
 	epmd     *exec.Cmd
 	epmdDone chan struct{}
-	out      *lockedBuffer // the node's stdout and stderr, over every start
+	out      *LockedBuffer // the node's stdout and stderr, over every start
 }
 
 // StartRabbitMQ starts a private RabbitMQ node for the test's lifetime and waits until it accepts
@@ -90,7 +90,7 @@ func StartRabbitMQ(t testing.TB) *RabbitMQ {
 // broker runs as the current user, root included (RabbitMQ does not refuse root, unlike
 // PostgreSQL), so dir may be a t.TempDir().
 func newRabbitMQ(dir string) (*RabbitMQ, error) {
-	r := &RabbitMQ{Dir: dir, User: "sless-test", Password: randomHex(16), out: &lockedBuffer{}}
+	r := &RabbitMQ{Dir: dir, User: "sless-test", Password: randomHex(16), out: &LockedBuffer{}}
 	r.Node = "sless-" + randomHex(6) + "@localhost"
 	for _, p := range []*int{&r.Port, &r.DistPort, &r.EPMDPort} {
 		var err error

@@ -66,7 +66,7 @@ type SlessUp struct {
 	Token   string
 	Client  *client.Client
 	done    chan struct{}
-	log     *lockedBuffer
+	log     *LockedBuffer
 }
 
 // FreeAddr is a free 127.0.0.1:port.
@@ -111,7 +111,7 @@ func startSlessUp(t testing.TB, dataDir, listen, regAddr string, extra []string)
 	if missing := runtimeimages.Missing(bases); len(missing) > 0 {
 		Missing(t, "the base images of "+strings.Join(missing, ", ")+" (hack/build-bases.sh all)", runtimeimages.ErrBaseMissing)
 	}
-	u := &SlessUp{t: t, DataDir: dataDir, Listen: listen, RegAddr: regAddr, URL: "http://" + listen, done: make(chan struct{}), log: &lockedBuffer{},
+	u := &SlessUp{t: t, DataDir: dataDir, Listen: listen, RegAddr: regAddr, URL: "http://" + listen, done: make(chan struct{}), log: &LockedBuffer{},
 		MetricsAddr: flagValue(extra, "--metrics-listen")}
 	args := append([]string{"up", "--data-dir", dataDir, "--listen", listen, "--registry-listen", regAddr, "--test-clock",
 		"--bases-script", "", "--podman-root", filepath.Join(CacheDir(), "podman"), "--bases-dir", bases}, extra...)
