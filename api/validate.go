@@ -95,6 +95,13 @@ func ValidateFunction(f apiv1.Function) (objects.FunctionSpec, error) {
 	if len(spec.SecretFiles) == 0 {
 		spec.SecretFiles = nil
 	}
+	if f.Async != nil {
+		a := f.Async.WithDefaults()
+		if err := a.Validate(); err != nil {
+			return spec, err
+		}
+		spec.Async = &a
+	}
 	return spec, nil
 }
 

@@ -74,6 +74,9 @@ type FunctionSpec struct {
 	MaxReplicas    int `json:"max_replicas,omitempty"`
 	Concurrency    int `json:"concurrency,omitempty"`
 	IdleTimeoutSec int `json:"idle_timeout_sec,omitempty"`
+	// Async is the function's asynchronous invocation, defaults filled in; nil when off. Only the
+	// API reads it: a change restarts nothing.
+	Async *apiv1.AsyncConfig `json:"async,omitempty"`
 	// CodeSHA256 names the uploaded archive to run ("" until the first upload).
 	CodeSHA256 string `json:"code_sha256,omitempty"`
 }
@@ -177,6 +180,9 @@ type Backend struct {
 	Serving *ServingView
 	// Egress keeps the namespaces' egress rules (GET/PUT …/egress); nil answers 503 there.
 	Egress Egress
+	// Async keeps asynchronous invocations (/fn/ with X-Sless-Invocation-Type: Event); nil: the
+	// install keeps none, and a function cannot enable async.
+	Async AsyncQueue
 	// TriggerTypes are the trigger types the backend runs; the API refuses others (400). Nil: http
 	// and cron.
 	TriggerTypes []apiv1.TriggerType

@@ -18,7 +18,7 @@ func FunctionView(publicURL, ns string, o Function) apiv1.Function {
 	sp := o.Spec.WithScaleDefaults()
 	f := apiv1.Function{Name: sp.Name, Runtime: sp.Runtime, Entrypoint: sp.Entrypoint, MemoryMB: sp.MemoryMB, TimeoutSec: sp.TimeoutSec,
 		EnvVars: sp.EnvVars, SecretEnv: sp.SecretEnv, SecretFiles: sp.SecretFiles, Status: o.Status.Wire(), MinReplicas: sp.MinReplicas, MaxReplicas: sp.MaxReplicas, Concurrency: sp.Concurrency,
-		IdleTimeoutSec: sp.IdleTimeoutSec}
+		IdleTimeoutSec: sp.IdleTimeoutSec, Async: sp.Async}
 	f.Status.CodeSHA256 = sp.CodeSHA256
 	f.Status.URL = runspec.FunctionURL(publicURL, ns, sp.Name)
 	if o.Generation > o.ObservedGeneration {

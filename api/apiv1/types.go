@@ -51,11 +51,14 @@ type Function struct {
 	SecretFiles map[string]string `json:"secret_files,omitempty"`
 	// Scale, changed in place without a rebuild (0 on a request means the default; answers show
 	// the values in force).
-	MinReplicas    int            `json:"min_replicas"`
-	MaxReplicas    int            `json:"max_replicas,omitempty"`
-	Concurrency    int            `json:"concurrency,omitempty"`
-	IdleTimeoutSec int            `json:"idle_timeout_sec,omitempty"`
-	Status         FunctionStatus `json:"status"`
+	MinReplicas    int `json:"min_replicas"`
+	MaxReplicas    int `json:"max_replicas,omitempty"`
+	Concurrency    int `json:"concurrency,omitempty"`
+	IdleTimeoutSec int `json:"idle_timeout_sec,omitempty"`
+	// Async, when enabled, lets /fn/ take requests with X-Sless-Invocation-Type: Event (answers
+	// show the defaults in force).
+	Async  *AsyncConfig   `json:"async,omitempty"`
+	Status FunctionStatus `json:"status"`
 }
 
 // FunctionStatus is set by the platform.
