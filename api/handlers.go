@@ -134,6 +134,9 @@ func (s *Server) kinds() kinds {
 			// The runtime's lifecycle: a blocked runtime takes no new function and no function
 			// moving to it; a deprecated one (or a blocked one kept) is admitted with a warning.
 			admit: func(spec objects.FunctionSpec, cur *objects.FunctionSpec) (string, error) {
+				if spec.Async != nil && spec.Async.Enabled && s.b.Async == nil {
+					return "", invalid("this installation keeps no asynchronous invocations (on Kubernetes the API needs --database-url); leave async.enabled off")
+				}
 				previous := ""
 				if cur != nil {
 					previous = cur.Runtime
@@ -205,6 +208,11 @@ func (s *Server) functionDeleted(r *http.Request, ns, name string) error {
 	}
 	if err := s.b.Invocations.Forget(r.Context(), ns, name); err != nil {
 		return fmt.Errorf("deleting the invocation records of %s/%s: %w", ns, name, err)
+	}
+	if s.b.Async != nil {
+		if err := s.b.Async.Forget(r.Context(), ns, name); err != nil {
+			return fmt.Errorf("deleting the asynchronous invocations of %s/%s: %w", ns, name, err)
+		}
 	}
 	s.fn.Forget(ns, name)
 	return nil

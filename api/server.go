@@ -19,6 +19,8 @@ import (
 	"github.com/sless-dev/sless/activator"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/auth"
+	"github.com/sless-dev/sless/async"
+	"github.com/sless-dev/sless/delivery"
 	"github.com/sless-dev/sless/fnlog"
 	"github.com/sless-dev/sless/invoke"
 	"github.com/sless-dev/sless/objects"
@@ -46,6 +48,7 @@ type options struct {
 	uploadRate  float64
 	uploadBurst int
 	runtimes    apiv1.RuntimePolicy
+	deliveries  *delivery.Metrics
 	// invoke configures /fn/ (package invoke).
 	invoke []invoke.Option
 }
@@ -133,8 +136,10 @@ type Server struct {
 	handler http.Handler
 	eventFn http.Handler  // /fn/ for in-process event sources
 	fn      *invoke.Proxy // /fn/
-	metrics *metrics
-	uploads *tenantLimits
+	// dispatcher delivers asynchronous invocations (RunAsync); nil without a queue.
+	dispatcher *async.Dispatcher
+	metrics    *metrics
+	uploads    *tenantLimits
 	// warnings records the warnings of function writes (a deprecated runtime) in the functions'
 	// event logs.
 	warnings *fnlog.Events
@@ -176,11 +181,12 @@ func New(b objects.Backend, opts ...Option) (*Server, error) {
 	}
 	s := &Server{o: o, b: b, metrics: newMetrics(), uploads: newTenantLimits(o.uploadRate, o.uploadBurst), warnings: fnlog.NewEvents(b.Code),
 		drained: make(chan struct{}), followers: map[string]int{}, logReads: map[string]int{}}
-	s.fn = invoke.New(b, append(o.invoke, invoke.WithMetrics(s.metrics.reg))...)
+	s.fn = invoke.New(b, append(o.invoke, invoke.WithMetrics(s.metrics.reg), invoke.WithAsync(s.wakeAsync, s.asyncStatusURL))...)
 	s.router = s.routes()
 	// /fn/ is the hot path: it skips the router's regexp matching of every /v1 route.
 	fn := s.requestID(s.recoverPanics(s.observe(fnRoute, s.fn)))
 	s.eventFn = s.requestID(s.recoverPanics(s.observe(fnRoute, s.fn.Events())))
+	s.dispatcher = s.newDispatcher()
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.draining.Load() {
 			// Each client learns with its next answer to go elsewhere, and closes the connection
@@ -256,6 +262,9 @@ func (s *Server) routes() *mux.Router {
 	v1.HandleFunc("/functions/{name}/invocations", s.invocations).Methods(http.MethodGet)
 	v1.HandleFunc("/functions/{name}/logs", s.logs).Methods(http.MethodGet)
 	v1.HandleFunc("/functions/{name}/events", s.events).Methods(http.MethodGet)
+	v1.HandleFunc("/functions/{name}/async/{id}", s.getAsync).Methods(http.MethodGet)
+	v1.HandleFunc("/functions/{name}/dead-letters", s.deadLetters).Methods(http.MethodGet)
+	v1.HandleFunc("/functions/{name}/dead-letters/{id}/redrive", s.redrive).Methods(http.MethodPost)
 	v1.HandleFunc("/triggers", k.triggers.list).Methods(http.MethodGet)
 	v1.HandleFunc("/triggers", k.triggers.create(s)).Methods(http.MethodPost)
 	v1.HandleFunc("/triggers/{name}", k.triggers.get).Methods(http.MethodGet)

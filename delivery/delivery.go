@@ -3,9 +3,12 @@ package delivery
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sless-dev/sless/api/apiv1"
 )
 
 // Defaults of a Policy's zero fields.
@@ -163,3 +166,58 @@ func (m *Metrics) Observe(source string, d Decision) {
 	}
 	m.deliveries.WithLabelValues(source, result).Inc()
 }
+
+// Read is the Outcome of an answer of /fn/: whether the function or /fn/ itself answered (/fn/
+// marks its own with apiv1.HeaderError), and /fn/'s Retry-After. Status 0 (nothing written) is
+// a 200, as net/http answers.
+func Read(status int, h http.Header) Outcome {
+	if status == 0 {
+		status = http.StatusOK
+	}
+	o := Outcome{Status: status, FromFunction: h.Get(apiv1.HeaderError) == ""}
+	if !o.FromFunction {
+		if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil && s > 0 {
+			o.RetryAfter = time.Duration(s) * time.Second
+		}
+	}
+	return o
+}
+
+// Answer is an http.ResponseWriter for /fn/ called in process by an event source: it keeps the
+// status and headers and drops the body (nobody waits for it).
+type Answer struct {
+	header http.Header
+	status int
+}
+
+// Header implements http.ResponseWriter.
+func (a *Answer) Header() http.Header {
+	if a.header == nil {
+		a.header = http.Header{}
+	}
+	return a.header
+}
+
+// WriteHeader implements http.ResponseWriter.
+func (a *Answer) WriteHeader(code int) {
+	if a.status == 0 {
+		a.status = code
+	}
+}
+
+// Write implements http.ResponseWriter.
+func (a *Answer) Write(b []byte) (int, error) {
+	if a.status == 0 {
+		a.status = http.StatusOK
+	}
+	return len(b), nil
+}
+
+// Flush implements http.Flusher (a streamed answer).
+func (a *Answer) Flush() {}
+
+// Outcome is what the answer says.
+func (a *Answer) Outcome() Outcome { return Read(a.status, a.Header()) }
+
+// Written reports whether anything was answered.
+func (a *Answer) Written() bool { return a.status != 0 }

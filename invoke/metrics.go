@@ -20,6 +20,7 @@ type metrics struct {
 	coldStarts    *prometheus.CounterVec
 	coldStartSecs *prometheus.HistogramVec
 	loads         *loadCollector
+	asyncAccepted prometheus.Counter
 }
 
 func newMetrics(loads func() []activator.Load, view *objects.ServingView) *metrics {
@@ -40,11 +41,14 @@ func newMetrics(loads func() []activator.Load, view *objects.ServingView) *metri
 			Buckets: []float64{.05, .1, .2, .3, .4, .5, .75, 1, 1.5, 2, 3, 5, 10, 30},
 		}, fn),
 		loads: newLoadCollector(loads, view),
+		asyncAccepted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sless_async_accepted_total", Help: "Asynchronous invocations /fn/ stored and answered 202.",
+		}),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) {
-	r.MustRegister(m.fnRequests, m.fnSeconds, m.coldStarts, m.coldStartSecs, m.loads)
+	r.MustRegister(m.fnRequests, m.fnSeconds, m.coldStarts, m.coldStartSecs, m.loads, m.asyncAccepted)
 }
 
 // forget deletes a function's series.

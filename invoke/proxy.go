@@ -43,6 +43,9 @@ type options struct {
 	fnDomain  string
 	maxHeld   int
 	registry  prometheus.Registerer
+	// asyncWake and asyncStatusURL: WithAsync.
+	asyncWake      func()
+	asyncStatusURL func(ns, name, id string) string
 }
 
 // WithBodyLimit bounds a request body sent to a function. The default is DefaultBodyLimit (6 MiB).
@@ -83,6 +86,7 @@ type Proxy struct {
 	act   *activator.Activator
 	proxy *httputil.ReverseProxy
 	m     *metrics
+	async objects.AsyncQueue // nil: no asynchronous invocations
 }
 
 // New serves the functions of backend b: it reads functions and triggers from b.Serving (the
@@ -105,7 +109,7 @@ func New(b objects.Backend, opts ...Option) *Proxy {
 			DisableCompression: true,
 		}
 	}
-	p := &Proxy{o: o, view: b.Serving, inv: b.Invocations}
+	p := &Proxy{o: o, view: b.Serving, inv: b.Invocations, async: b.Async}
 	if p.view == nil {
 		p.view = &objects.ServingView{Functions: b.Functions, Triggers: b.Triggers}
 	}
@@ -335,7 +339,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Event headers are the platform's event sources' (Events), never a public caller's: a
 	// handler may trust them.
 	var source, messageID string
-	if r.Context().Value(eventsKey{}) != nil {
+	events := r.Context().Value(eventsKey{}) != nil
+	if events {
 		source, messageID = r.Header.Get(apiv1.HeaderEventSource), r.Header.Get(apiv1.HeaderEventMessageID)
 	} else {
 		dropEventHeaders(r.Header)
@@ -386,6 +391,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		fail(w, name, err)
 		return
+	}
+	if !events {
+		// Asynchronous: stored and answered now; the dispatcher sends it on through Events (which
+		// never reads this header). Accepted while a trigger disables the function, as a throttled
+		// one is: the dispatcher retries it until it is served or max_age_sec passes.
+		if async, aerr := asyncRequested(r); aerr != nil {
+			writeError(w, aerr)
+			return
+		} else if async {
+			p.enqueue(w, r, ns, name, rest, fn)
+			return
+		}
 	}
 	triggers, err := p.view.Triggers.List(r.Context(), ns)
 	if err != nil {

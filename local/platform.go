@@ -26,6 +26,7 @@ import (
 	"github.com/sless-dev/sless/autoscale"
 	"github.com/sless-dev/sless/build"
 	"github.com/sless-dev/sless/codestore"
+	"github.com/sless-dev/sless/delivery"
 	"github.com/sless-dev/sless/deps"
 	"github.com/sless-dev/sless/indexproxy"
 	"github.com/sless-dev/sless/internal/regauth"
@@ -276,11 +277,15 @@ func (p *Platform) confinementRestored(r network.Restored) {
 	p.restored.WithLabelValues(r.Part).Inc()
 }
 
+// Deliveries counts what becomes of events (sless_deliveries_total, among Collectors): the rabbitmq
+// triggers' here, and the API's asynchronous invocations (api.WithDeliveryMetrics).
+func (p *Platform) Deliveries() *delivery.Metrics { return p.mq.metrics }
+
 // Backend is what the API serves from.
 func (p *Platform) Backend() objects.Backend {
 	return objects.Backend{Namespaces: &namespaces{Namespaces: p.db.Namespaces, p: p}, Functions: p.db.Functions, Triggers: p.db.Triggers,
 		Jobs: p.db.Jobs, Secrets: p.secrets, Invocations: p.db.Invocations, Code: p.code, Resolver: p.run, Instances: source{p.run, p.ctrl.scaler}, Scaler: p.ctrl.scaler,
-		Logs: p.run, Egress: p.egress, RuntimeImages: p, TriggerTypes: []apiv1.TriggerType{apiv1.TriggerHTTP, apiv1.TriggerCron, apiv1.TriggerRabbitMQ}}
+		Logs: p.run, Egress: p.egress, RuntimeImages: p, Async: p.db.Async, TriggerTypes: []apiv1.TriggerType{apiv1.TriggerHTTP, apiv1.TriggerCron, apiv1.TriggerRabbitMQ}}
 }
 
 // RuntimeImage is the image by digest functions of runtime rt are built on here: none before Run

@@ -39,29 +39,16 @@ func (f FunctionInvoker) Invoke(ctx context.Context, m Message) delivery.Outcome
 	}
 	setEventHeaders(req.Header, f.Trigger, m)
 	if f.Handler != nil {
-		w := &discard{header: http.Header{}}
-		f.Handler.ServeHTTP(w, req)
-		return outcome(w.status, w.header)
+		var w delivery.Answer
+		f.Handler.ServeHTTP(&w, req)
+		return w.Outcome()
 	}
 	resp, err := f.Client.Do(req)
 	if err != nil {
 		return delivery.Outcome{Err: err}
 	}
 	resp.Body.Close()
-	return outcome(resp.StatusCode, resp.Header)
-}
-
-func outcome(status int, h http.Header) delivery.Outcome {
-	if status == 0 {
-		status = http.StatusOK
-	}
-	o := delivery.Outcome{Status: status, FromFunction: h.Get(apiv1.HeaderError) == ""}
-	if !o.FromFunction {
-		if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil && s > 0 {
-			o.RetryAfter = time.Duration(s) * time.Second
-		}
-	}
-	return o
+	return delivery.Read(resp.StatusCode, resp.Header)
 }
 
 func setEventHeaders(h http.Header, trigger string, m Message) {
@@ -130,24 +117,3 @@ func jsonValue(v any) any {
 	}
 	return nil
 }
-
-// discard is the in-process answer: its status and headers, the body dropped (the function's
-// answer is not the queue's business).
-type discard struct {
-	header http.Header
-	status int
-}
-
-func (d *discard) Header() http.Header { return d.header }
-func (d *discard) WriteHeader(code int) {
-	if d.status == 0 {
-		d.status = code
-	}
-}
-func (d *discard) Write(b []byte) (int, error) {
-	if d.status == 0 {
-		d.status = http.StatusOK
-	}
-	return len(b), nil
-}
-func (d *discard) Flush() {}

@@ -83,6 +83,13 @@ func (r *Resolver) Set(ns, name, raw string) {
 	r.mu.Unlock()
 }
 
+// Unset routes ns/name nowhere: it has no instance.
+func (r *Resolver) Unset(ns, name string) {
+	r.mu.Lock()
+	delete(r.m, ns+"/"+name)
+	r.mu.Unlock()
+}
+
 // Resolve implements objects.Resolver.
 func (r *Resolver) Resolve(_ context.Context, ns, name string) (*url.URL, error) {
 	r.mu.Lock()

@@ -24,6 +24,8 @@ func Run(t *testing.T, b Backend) {
 		{"ProxyConfinesResponses", testProxyConfinesResponses},
 		{"ProxyEventHeaders", testProxyEventHeaders},
 		{"RabbitMQTriggerSpec", testRabbitMQTriggerSpec},
+		{"AsyncInvocation", testAsyncInvocation},
+		{"AsyncNeedsAQueue", testAsyncNeedsAQueue},
 		{"FunctionHosts", testFunctionHosts},
 		{"UploadThrottle", testUploadThrottle},
 		{"RebuildThrottle", testRebuildThrottle},

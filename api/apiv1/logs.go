@@ -81,11 +81,14 @@ const (
 	ReasonDisabled      = "Disabled"      // its http triggers switch it off: no instance runs
 	ReasonDeleting      = "Deleting"      // deleted; the platform removes what is left of it
 	ReasonQuotaExceeded = "QuotaExceeded" // the tenant's quota stops a scale-up (condition ScaleLimited)
+	// ReasonAsyncDeadLettered (a Warning): an asynchronous invocation was given up.
+	ReasonAsyncDeadLettered = "AsyncDeadLettered"
 )
 
 // Reasons are every reason a function's events and conditions carry, on both backends.
 var Reasons = []string{ReasonStored, ReasonInstallingDependencies, ReasonBuilding, ReasonPushing, ReasonBuilt, ReasonStarting,
-	ReasonReady, ReasonFailed, ReasonPending, ReasonDisabled, ReasonDeleting, ReasonQuotaExceeded, ReasonRuntimeDeprecated, ReasonRuntimeBlocked}
+	ReasonReady, ReasonFailed, ReasonPending, ReasonDisabled, ReasonDeleting, ReasonQuotaExceeded, ReasonRuntimeDeprecated, ReasonRuntimeBlocked,
+	ReasonAsyncDeadLettered}
 
 // ParseSince reads GET …/logs?since=: an RFC 3339 time, or a duration back from now such as "5m"
 // or "1h30m" (kubectl logs --since).

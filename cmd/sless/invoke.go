@@ -20,6 +20,7 @@ func invokeCmd() *cobra.Command {
 	var path, method, data string
 	var headers []string
 	var timeout time.Duration
+	var async, wait bool
 	c := &cobra.Command{
 		Use:   "invoke NAME [--path P] [-X METHOD] [-d JSON|@FILE]",
 		Short: "Call a function through its URL and print the answer's body",
@@ -27,11 +28,17 @@ func invokeCmd() *cobra.Command {
 query) appended and prints the body of the answer. The method is GET, or POST with -d; -d sends
 JSON (Content-Type application/json): the text itself, or @FILE (@- is standard input).
 A non-2xx answer exits non-zero (its body is printed too). The function's URL is public: the token
-is used only to look the function up, never sent to it.`,
+is used only to look the function up, never sent to it.
+
+--async sends the request as an asynchronous invocation (X-Sless-Invocation-Type: Event; the
+function must enable async): it is stored and answered 202 with its id at once, and the platform
+calls the function, retrying failures; --wait then follows it until it succeeds or is
+dead-lettered (see sless dead-letters).`,
 		Example: `  sless invoke hello
   sless invoke hello --path '/items/7?verbose=1'
   sless invoke hello -d '{"name":"sless"}'
-  sless invoke hello -X PUT -d @event.json`,
+  sless invoke hello -X PUT -d @event.json
+  sless invoke resize --async -d '{"image":"a.png"}' --wait`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeNames(functionNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -61,6 +68,12 @@ is used only to look the function up, never sent to it.`,
 			}
 			if hasBody && hdr.Get("Content-Type") == "" {
 				hdr.Set("Content-Type", "application/json")
+			}
+			if wait && !async {
+				return usageError{"--wait follows an asynchronous invocation: give --async too"}
+			}
+			if async {
+				hdr.Set(apiv1.HeaderInvocationType, apiv1.InvocationTypeEvent)
 			}
 
 			c, err := apiClient(cmd.ErrOrStderr())
@@ -104,6 +117,18 @@ is used only to look the function up, never sent to it.`,
 				}
 				return fmt.Errorf("%s", msg)
 			}
+			if async {
+				var acc apiv1.AsyncAccepted
+				if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&acc); err != nil || acc.ID == "" {
+					return fmt.Errorf("%s %s answered %s, not an asynchronous invocation's id: %v", method, u, resp.Status, err)
+				}
+				out := func(format string, args ...any) { fmt.Fprintf(cmd.OutOrStdout(), format, args...) }
+				out("%s accepted (%s)\n", acc.ID, acc.StatusURL)
+				if !wait {
+					return nil
+				}
+				return waitAsync(cmd.Context(), c, name, acc.ID, out)
+			}
 			if _, err := io.Copy(cmd.OutOrStdout(), resp.Body); err != nil {
 				return fmt.Errorf("reading the answer: %w", err)
 			}
@@ -116,6 +141,8 @@ is used only to look the function up, never sent to it.`,
 	fl.StringVarP(&data, "data", "d", "", "request body: JSON text, or @FILE (@- reads standard input)")
 	fl.StringArrayVarP(&headers, "header", "H", nil, "an extra request header 'Name: value' (repeat the flag for more)")
 	fl.DurationVar(&timeout, "timeout", 10*time.Minute, "give up after this long")
+	fl.BoolVar(&async, "async", false, "invoke asynchronously: print the invocation's id once it is stored (202)")
+	fl.BoolVar(&wait, "wait", false, "with --async, wait until the invocation succeeded or was dead-lettered")
 	return c
 }
 

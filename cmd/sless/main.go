@@ -102,7 +102,7 @@ SLESS_ENDPOINT and SLESS_API_TOKEN override it, and are enough without a config 
 	root.SetHelpCommandGroupID(groupAuthor)
 	root.SetCompletionCommandGroupID(groupAuthor)
 
-	for _, c := range []*cobra.Command{loginCmd(), fnCmd(), invokeCmd(), logsCmd(), jobsCmd(), triggersCmd(), secretCmd(), egressCmd()} {
+	for _, c := range []*cobra.Command{loginCmd(), fnCmd(), invokeCmd(), logsCmd(), jobsCmd(), triggersCmd(), deadLettersCmd(), secretCmd(), egressCmd()} {
 		c.GroupID = groupAuthor
 		root.AddCommand(c)
 	}

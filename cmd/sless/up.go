@@ -225,7 +225,8 @@ func runUp(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer p.Close()
-	srv, err := api.New(p.Backend(), c.api.ServerOptions(api.WithVerifier(verifier), api.WithLogger(logger), api.WithTempDir(c.dataDir), api.WithReadiness(p.Ready))...)
+	srv, err := api.New(p.Backend(), c.api.ServerOptions(api.WithVerifier(verifier), api.WithLogger(logger), api.WithTempDir(c.dataDir), api.WithReadiness(p.Ready),
+		api.WithDeliveryMetrics(p.Deliveries()))...)
 	if err != nil {
 		return err
 	}
@@ -248,7 +249,7 @@ func runUp(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error {
 	err = serveUp(ctx, p, func(ctx context.Context) error {
 		// Missing language bases are built first (minutes, once); /readyz says so meanwhile.
 		return buildBases(ctx, p.NotReady, c.basesDir, c.basesScript, stderr)
-	}, served{api.NewHTTPServer("", handler, logger), ln}, served{api.NewHTTPServer("", api.MetricsHandler(srv.Metrics(), metricsToken), logger), mln})
+	}, srv.RunAsync, served{api.NewHTTPServer("", handler, logger), ln}, served{api.NewHTTPServer("", api.MetricsHandler(srv.Metrics(), metricsToken), logger), mln})
 	fmt.Fprintln(stdout, "sless up: stopped; function containers keep running and are adopted on the next start")
 	return err
 }
@@ -279,9 +280,14 @@ type served struct {
 
 // serveUp serves the API and /metrics on their listeners while the platform runs (after
 // prepare), until ctx ends or any of them stops; all are stopped together.
-func serveUp(ctx context.Context, p *local.Platform, prepare func(context.Context) error, servers ...served) error {
+func serveUp(ctx context.Context, p *local.Platform, prepare, dispatch func(context.Context) error, servers ...served) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Asynchronous invocations are delivered while the platform runs; serveUp returns once the
+	// attempts in flight are settled (one cut short is taken again at the next start).
+	dispatched := make(chan struct{})
+	defer func() { cancel(); <-dispatched }()
+	go func() { defer close(dispatched); dispatch(runCtx) }()
 	runErr := make(chan error, 1)
 	go func() {
 		if err := prepare(runCtx); err != nil {

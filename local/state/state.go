@@ -13,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sless-dev/sless/api/apiv1"
+	"github.com/sless-dev/sless/async"
 	"github.com/sless-dev/sless/lifecycle"
 	"github.com/sless-dev/sless/objects"
 )
@@ -54,6 +55,8 @@ type DB struct {
 	Namespaces *Namespaces
 	// Invocations keeps the invocation records.
 	Invocations *Invocations
+	// Async keeps asynchronous invocations (in memory, each change written through).
+	Async *async.MemQueue
 	// notifySecret tells onChange of a secret's change (OpenSecrets).
 	notifySecret func(ns, name string)
 }
@@ -67,7 +70,7 @@ func Open(path string, onChange func(k Kind, ns, name string)) (*DB, error) {
 		return nil, fmt.Errorf("opening state %s (is another sless up using this data dir?): %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketNamespaces, bucketFunctions, bucketTriggers, bucketJobs, bucketBuilds, bucketInvocations, bucketDepsPins, bucketUIDRanges, bucketUIDFree, bucketSecrets} {
+		for _, b := range [][]byte{bucketMeta, bucketNamespaces, bucketFunctions, bucketTriggers, bucketJobs, bucketBuilds, bucketInvocations, bucketDepsPins, bucketUIDRanges, bucketUIDFree, bucketSecrets, bucketAsync} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -94,6 +97,10 @@ func Open(path string, onChange func(k Kind, ns, name string)) (*DB, error) {
 	s.Functions.max, s.Functions.over = &atomic.Int64{}, functionsOverQuota
 	s.Namespaces = &Namespaces{db: db}
 	if s.Invocations, err = loadInvocations(db); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if s.Async, err = openAsync(db); err != nil {
 		db.Close()
 		return nil, err
 	}
