@@ -39,7 +39,7 @@ func main() {
 	flag.StringVar(&c.smallBase, "small-base", "", "OCI layout of the small base (default: a generated 10 MB image)")
 	flag.StringVar(&c.kaniko, "kaniko-layout", filepath.Join(cache, "kaniko-v1.23.2", "layout"), "OCI layout of the kaniko executor image")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory")
-	flag.StringVar(&c.sections, "sections", "builder,runtimes,proxy,history,up,deps,terraform,k8s,coldstart,coldstart-up", "what to measure: builder (with kaniko, buildah), runtimes, proxy, history (/fn/ with invocation recording into PostgreSQL vs off, and the rows/s one store writes), up (sless up end to end), deps, terraform, k8s (the real single-node cluster, with kaniko in it), coldstart (cold starts and a ramp on the real cluster, beside the Kubernetes readiness path), coldstart-up (cold starts on sless up)")
+	flag.StringVar(&c.sections, "sections", "builder,runtimes,proxy,history,events,up,deps,terraform,k8s,coldstart,coldstart-up", "what to measure: builder (with kaniko, buildah), runtimes, proxy, history (/fn/ with invocation recording into PostgreSQL vs off, and the rows/s one store writes), events (a rabbitmq trigger and asynchronous invocation beside /fn/), up (sless up end to end), deps, terraform, k8s (the real single-node cluster, with kaniko in it), coldstart (cold starts and a ramp on the real cluster, beside the Kubernetes readiness path), coldstart-up (cold starts on sless up)")
 	flag.IntVar(&c.proxyConc, "proxy-clients", 8, "concurrent keep-alive clients in the proxy benchmark")
 	flag.StringVar(&c.storage, "storage", "tmpfs,disk", "where the registry stores blobs, one table each: tmpfs (registry cost near zero, isolates the builders) and/or disk (fsync per write)")
 	flag.Parse()

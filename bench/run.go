@@ -57,6 +57,11 @@ func run(ctx context.Context, c config) error {
 			return fmt.Errorf("history: %w", err)
 		}
 	}
+	if want["events"] {
+		if err := benchEvents(ctx, c, work); err != nil {
+			return fmt.Errorf("events: %w", err)
+		}
+	}
 	// The real cluster is brought up once for the sections that need it, and down at the end.
 	var env *k1n.Env
 	cluster := func() (*k1n.Env, error) {

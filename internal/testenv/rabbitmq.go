@@ -86,6 +86,30 @@ func StartRabbitMQ(t testing.TB) *RabbitMQ {
 	return r
 }
 
+// RunRabbitMQ starts a private RabbitMQ node with its files under dir, outside a test (the
+// benchmarks); Close stops it.
+func RunRabbitMQ(dir string) (*RabbitMQ, error) {
+	if _, err := os.Stat(rabbitmqScript); err != nil {
+		return nil, fmt.Errorf("RabbitMQ (Debian package rabbitmq-server): %w", err)
+	}
+	r, err := newRabbitMQ(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.startEPMD(); err != nil {
+		r.kill()
+		return nil, err
+	}
+	if err := r.start(); err != nil {
+		r.kill()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Close kills the node and its epmd (RunRabbitMQ's).
+func (r *RabbitMQ) Close() { r.kill() }
+
 // newRabbitMQ picks the node's name, ports and credentials and writes its files under dir. The
 // broker runs as the current user, root included (RabbitMQ does not refuse root, unlike
 // PostgreSQL), so dir may be a t.TempDir().
