@@ -114,7 +114,7 @@ func startHelloPython(ctx context.Context) (*exec.Cmd, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	fn := exec.CommandContext(ctx, "python3", filepath.Join(root, "runtimes", "python3.11", "server.py"))
+	fn := exec.CommandContext(ctx, "python3", filepath.Join(root, "runtimes", "python", "server.py"))
 	fn.Env = append(os.Environ(), "FUNCTION_DIR="+filepath.Join(root, "examples", "hello-python", "code"),
 		fmt.Sprintf("PORT=%d", port), "HOST=127.0.0.1")
 	fn.Stdout = io.Discard
