@@ -75,7 +75,7 @@ func benchEvents(ctx context.Context, c config, work string) error {
 	defer conn.Close()
 
 	fmt.Printf("\n### Events into a trivial function: a rabbitmq trigger and asynchronous invocation, beside /fn/ (python3.11 runtime serving examples/hello-python; real RabbitMQ %s on 127.0.0.1; the async queue in bbolt)\n\n", "3.10")
-	fmt.Println("| path | in flight | rate | p50 | p99 | errors |")
+	fmt.Println("| path | in flight | rate | p50 (ms) | p99 (ms) | errors |")
 	fmt.Println("|---|---|---|---|---|---|")
 	for _, conc := range []int{1, 50} {
 		r, err := load(ctx, fnURL+"/", conc, 3*time.Second)

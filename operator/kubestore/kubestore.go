@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/activator"
+	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/lifecycle"
 	"github.com/sless-dev/sless/objects"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
@@ -315,6 +316,13 @@ func functionSpec(f *slessv1.Function) objects.FunctionSpec {
 			out.SecretFiles[e.Path] = e.Secret
 		}
 	}
+	if a := f.Spec.Async; a != nil {
+		out.Async = &apiv1.AsyncConfig{Enabled: a.Enabled, MaxAgeSec: int(a.MaxAgeSec), MaxQueued: int(a.MaxQueued)}
+		if a.MaxRetries != nil {
+			n := int(*a.MaxRetries)
+			out.Async.MaxRetries = &n
+		}
+	}
 	return out
 }
 
@@ -330,6 +338,14 @@ func setSpec(in objects.FunctionSpec, f *slessv1.Function) {
 	f.Spec.MinReplicas, f.Spec.MaxReplicas = int32(in.MinReplicas), int32(in.MaxReplicas)
 	f.Spec.Concurrency, f.Spec.IdleTimeoutSec = int32(in.Concurrency), int32(in.IdleTimeoutSec)
 	f.Spec.CodeSHA256 = in.CodeSHA256
+	f.Spec.Async = nil
+	if a := in.Async; a != nil {
+		f.Spec.Async = &slessv1.AsyncConfig{Enabled: a.Enabled, MaxAgeSec: int32(a.MaxAgeSec), MaxQueued: int32(a.MaxQueued)}
+		if a.MaxRetries != nil {
+			n := int32(*a.MaxRetries)
+			f.Spec.Async.MaxRetries = &n
+		}
+	}
 	keys := make([]string, 0, len(in.EnvVars))
 	for k := range in.EnvVars {
 		keys = append(keys, k)

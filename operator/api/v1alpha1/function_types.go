@@ -78,6 +78,31 @@ type FunctionSpec struct {
 	// +kubebuilder:validation:Maximum=86400
 	// +optional
 	IdleTimeoutSec int32 `json:"idleTimeoutSec,omitempty"`
+	// Async lets /fn/ take asynchronous invocations of the function (X-Sless-Invocation-Type:
+	// Event). Only the API reads it: a change restarts no pod.
+	// +optional
+	Async *AsyncConfig `json:"async,omitempty"`
+}
+
+// AsyncConfig is a function's asynchronous invocation (apiv1.AsyncConfig), defaults filled in by
+// the API.
+type AsyncConfig struct {
+	Enabled bool `json:"enabled"`
+	// MaxRetries after a failed attempt.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10
+	// +optional
+	MaxRetries *int32 `json:"maxRetries,omitempty"`
+	// MaxAgeSec: older undelivered invocations are dead-lettered.
+	// +kubebuilder:validation:Minimum=60
+	// +kubebuilder:validation:Maximum=21600
+	// +optional
+	MaxAgeSec int32 `json:"maxAgeSec,omitempty"`
+	// MaxQueued bounds the invocations not done.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	// +optional
+	MaxQueued int32 `json:"maxQueued,omitempty"`
 }
 
 // SecretEnvVar is one variable whose value is key Key of secret Secret.
