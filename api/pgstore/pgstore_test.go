@@ -26,7 +26,7 @@ import (
 )
 
 // open opens a store on pg, waits until it has migrated, and closes it at the end of the test.
-func open(t *testing.T, pg *testenv.Postgres, opts ...pgstore.Option) *pgstore.Invocations {
+func open(t testing.TB, pg *testenv.Postgres, opts ...pgstore.Option) *pgstore.Invocations {
 	t.Helper()
 	s, err := pgstore.Open(context.Background(), pg.URL, append([]pgstore.Option{pgstore.WithFlushInterval(20 * time.Millisecond)}, opts...)...)
 	if err != nil {
