@@ -1,0 +1,44 @@
+-- The asynchronous invocations' queue (issue 30; api/pgstore's AsyncQueue): one row per event
+-- until it is purged or its function deleted. Any number of API replicas claim from it at once
+-- (FOR UPDATE SKIP LOCKED); an enqueue or a redrive takes the function's advisory lock first, so
+-- that its depth quota holds between them.
+
+-- +goose Up
+CREATE TABLE async_events (
+    id           text        PRIMARY KEY, -- sorts by creation time (apiv1.FormatAsyncID)
+    namespace    text        NOT NULL,
+    function     text        NOT NULL,
+    state        text        NOT NULL,    -- queued, running, failed, succeeded, dead_lettered
+    created      timestamptz NOT NULL,
+    enqueued     timestamptz NOT NULL,    -- accepted or last redriven: max_age_sec counts from it
+    redriven     timestamptz,             -- NULL unless redriven
+    next_attempt timestamptz,             -- when a queued or failed event is due
+    lease        text        NOT NULL DEFAULT '', -- the claim's token while running
+    lease_until  timestamptz,
+    -- When a dispatcher may take it: its next attempt, or the end of its lease while running
+    -- ('-infinity', due at once, for a pending event without a time).
+    due          timestamptz NOT NULL GENERATED ALWAYS AS (
+                     COALESCE(CASE WHEN state = 'running' THEN lease_until ELSE next_attempt END, '-infinity')) STORED,
+    -- When a done event was done (its last attempt's time, else enqueued): Purge's clock.
+    finished     timestamptz NOT NULL,
+    counted      integer     NOT NULL DEFAULT 0,
+    error        text        NOT NULL DEFAULT '',
+    attempts     jsonb       NOT NULL DEFAULT '[]',
+    method       text        NOT NULL,
+    path         text        NOT NULL,
+    header       jsonb,
+    body         bytea
+);
+-- Claim: the pending events due first (and Claim's next: the earliest of them).
+CREATE INDEX async_events_due ON async_events (due, id) WHERE state IN ('queued', 'failed', 'running');
+-- The depth quota and Stats: a function's pending events.
+CREATE INDEX async_events_pending ON async_events (namespace, function, enqueued) WHERE state IN ('queued', 'failed', 'running');
+-- GET …/dead-letters: a function's, newest first (ids sort by time).
+CREATE INDEX async_events_dead ON async_events (namespace, function, id DESC) WHERE state = 'dead_lettered';
+-- Purge: done events finished before a time.
+CREATE INDEX async_events_done ON async_events (finished) WHERE state IN ('succeeded', 'dead_lettered');
+-- Forget: every event of a deleted function.
+CREATE INDEX async_events_function ON async_events (namespace, function);
+
+-- +goose Down
+DROP TABLE async_events;
