@@ -21,8 +21,8 @@ import (
 // AsyncQueue is objects.AsyncQueue in PostgreSQL (the table async_events): the Kubernetes
 // backend's queue of asynchronous invocations, shared by every API replica. Claim takes due rows
 // with FOR UPDATE SKIP LOCKED, so replicas claiming at once each take different events; Enqueue
-// and Redrive hold the function's advisory lock while they count its pending events, so that its
-// depth quota holds between replicas. It lives on its store's pool and schema (Invocations.AsyncQueue):
+// and Redrive lock the function's row in async_depth (its pending events, counted by a trigger)
+// until they commit, so that its depth quota holds between replicas. It lives on its store's pool and schema (Invocations.AsyncQueue):
 // while PostgreSQL is away or the schema not migrated yet, every method answers
 // *objects.NotReadyError within the store's query timeout.
 type AsyncQueue struct {
@@ -44,13 +44,11 @@ const pendingStates = `('queued', 'failed', 'running')`
 const eventColumns = `id, namespace, function, state, created, enqueued, redriven, next_attempt, lease, lease_until,
 	counted, error, attempts, method, path, header, body`
 
-// lockFunction serializes the transactions that add pending events to ns/name (Enqueue, Redrive)
-// across replicas until the transaction ends. Two int4 keys: no clash with goose's (one int8).
-const lockFunction = `SELECT pg_advisory_xact_lock(hashtext('sless async_events'), hashtext($1 || '/' || $2))`
-
-// countPending counts ns/name's pending events, up to $3 (enough to compare with the quota).
-const countPending = `SELECT count(*) FROM (SELECT 1 FROM async_events
-	WHERE namespace = $1 AND function = $2 AND state IN ` + pendingStates + ` LIMIT $3) p`
+// lockDepth makes (if need be) and locks ns/name's row in async_depth until the transaction ends,
+// and returns its pending events: a no-op upsert locks and reads in one statement, and waits for
+// another transaction holding the row, so that it reads what that one committed.
+const lockDepth = `INSERT INTO async_depth AS d VALUES ($1, $2, 0)
+	ON CONFLICT (namespace, function) DO UPDATE SET pending = d.pending RETURNING pending`
 
 // Enqueue implements objects.AsyncQueue.
 func (q *AsyncQueue) Enqueue(ctx context.Context, ev objects.AsyncEvent, maxQueued int) error {
@@ -61,28 +59,32 @@ func (q *AsyncQueue) Enqueue(ctx context.Context, ev objects.AsyncEvent, maxQueu
 	}
 	return q.run(ctx, "enqueueing asynchronous invocation "+ev.ID, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, q.db.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, lockFunction, ev.Namespace, ev.Function); err != nil {
-				return err
-			}
-			// The count is a statement after the lock: it sees what the previous holder inserted.
 			var n int
-			var exists bool
-			if err := tx.QueryRow(ctx, `SELECT (`+countPending+`), EXISTS (SELECT 1 FROM async_events WHERE id = $4)`,
-				ev.Namespace, ev.Function, max(maxQueued, 0), ev.ID).Scan(&n, &exists); err != nil {
+			if err := tx.QueryRow(ctx, lockDepth, ev.Namespace, ev.Function).Scan(&n); err != nil {
 				return err
 			}
-			if exists {
-				return fmt.Errorf("asynchronous invocation %s: %w", ev.ID, objects.ErrAlreadyExists)
-			}
+			exists := fmt.Errorf("asynchronous invocation %s: %w", ev.ID, objects.ErrAlreadyExists)
 			if n >= maxQueued {
+				// Refused either way; which answer, as MemQueue gives it.
+				var dup bool
+				if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM async_events WHERE id = $1)`, ev.ID).Scan(&dup); err != nil {
+					return err
+				}
+				if dup {
+					return exists
+				}
 				return objects.ErrQueueFull
 			}
-			_, err := tx.Exec(ctx, `INSERT INTO async_events (id, namespace, function, state, created, enqueued, redriven,
+			tag, err := tx.Exec(ctx, `INSERT INTO async_events (id, namespace, function, state, created, enqueued, redriven,
 				next_attempt, lease, lease_until, finished, counted, error, attempts, method, path, header, body)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+				ON CONFLICT (id) DO NOTHING`,
 				ev.ID, ev.Namespace, ev.Function, string(ev.State), ev.Created, ev.Enqueued, tz(ev.Redriven),
 				tz(ev.NextAttempt), ev.Lease, tz(ev.LeaseUntil), async.Finished(ev), ev.Counted, ev.Error, attempts,
 				ev.Request.Method, ev.Request.Path, header, ev.Request.Body)
+			if err == nil && tag.RowsAffected() == 0 {
+				return exists
+			}
 			return err
 		})
 	})
@@ -210,9 +212,8 @@ func (q *AsyncQueue) Redrive(ctx context.Context, ns, name, id string, now time.
 	var ev objects.AsyncEvent
 	err := q.run(ctx, "redriving asynchronous invocation "+id, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, q.db.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, lockFunction, ns, name); err != nil {
-				return err
-			}
+			// The event first, then the function's count: the order of Settle and Forget (whose
+			// trigger counts), so that none of them waits on another in a cycle.
 			cur, err := scanEvent(tx.QueryRow(ctx, `SELECT `+eventColumns+` FROM async_events
 				WHERE id = $1 AND namespace = $2 AND function = $3 FOR UPDATE`, id, ns, name), nil)
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -225,7 +226,7 @@ func (q *AsyncQueue) Redrive(ctx context.Context, ns, name, id string, now time.
 				return fmt.Errorf("asynchronous invocation %s is %s, not dead_lettered: %w", id, cur.State, objects.ErrConflict)
 			}
 			var n int
-			if err := tx.QueryRow(ctx, countPending, ns, name, max(maxQueued, 0)).Scan(&n); err != nil {
+			if err := tx.QueryRow(ctx, lockDepth, ns, name).Scan(&n); err != nil {
 				return err
 			}
 			if n >= maxQueued {

@@ -21,7 +21,8 @@ import (
 	"github.com/sless-dev/sless/objects"
 )
 
-// truncate empties the queue's table, straight in PostgreSQL.
+// truncate empties the queue's tables, straight in PostgreSQL (TRUNCATE fires no row trigger: the
+// counts go too).
 func truncate(t testing.TB, pg *testenv.Postgres) {
 	t.Helper()
 	ctx := context.Background()
@@ -30,17 +31,44 @@ func truncate(t testing.TB, pg *testenv.Postgres) {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	if _, err := c.Exec(ctx, `TRUNCATE async_events`); err != nil {
+	if _, err := c.Exec(ctx, `TRUNCATE async_events, async_depth`); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// The contract every queue passes, each subtest on an empty table.
+// checkDepth compares the trigger's counts (async_depth) with the pending events there are.
+func checkDepth(t testing.TB, pg *testenv.Postgres) {
+	t.Helper()
+	var wrong []string
+	query(t, pg, func(c *pgx.Conn) error {
+		rows, err := c.Query(context.Background(), `SELECT namespace, function, coalesce(d.pending, 0), coalesce(e.n, 0)
+			FROM async_depth d FULL JOIN (SELECT namespace, function, count(*) AS n FROM async_events
+				WHERE state IN ('queued', 'failed', 'running') GROUP BY namespace, function) e USING (namespace, function)
+			WHERE coalesce(d.pending, 0) <> coalesce(e.n, 0)`)
+		if err != nil {
+			return err
+		}
+		var ns, fn string
+		var counted, there int
+		_, err = pgx.ForEachRow(rows, []any{&ns, &fn, &counted, &there}, func() error {
+			wrong = append(wrong, fmt.Sprintf("%s/%s: %d counted, %d pending", ns, fn, counted, there))
+			return nil
+		})
+		return err
+	})
+	if len(wrong) > 0 {
+		t.Errorf("async_depth is wrong: %v", wrong)
+	}
+}
+
+// The contract every queue passes, each subtest on an empty table; after each, the trigger's
+// counts match the events.
 func TestAsyncQueueContract(t *testing.T) {
 	pg := testenv.PostgreSQL(t)
 	q := open(t, pg).AsyncQueue()
 	asynctest.Run(t, func(t *testing.T) objects.AsyncQueue {
 		truncate(t, pg)
+		t.Cleanup(func() { checkDepth(t, pg) })
 		return q
 	})
 }
@@ -101,6 +129,7 @@ func TestAsyncReplicasClaimEachOnce(t *testing.T) {
 	if err != nil || len(st) != 0 {
 		t.Errorf("pending after all settled: %+v %v", st, err)
 	}
+	checkDepth(t, pg)
 }
 
 // Enqueues from two replicas at once never take a function beyond its quota, and a redrive
@@ -160,6 +189,11 @@ func TestAsyncDepthQuotaAcrossReplicas(t *testing.T) {
 	if st, err := replicas[1].Stats(ctx); err != nil || len(st) != 1 || st[0].Depth != quota {
 		t.Errorf("stats %+v %v, want a depth of %d", st, err, quota)
 	}
+	checkDepth(t, pg)
+	if err := replicas[0].Forget(ctx, "ns", "f"); err != nil {
+		t.Fatal(err)
+	}
+	checkDepth(t, pg)
 }
 
 // notReady checks err is a NotReadyError of the queue without the password.
@@ -288,23 +322,57 @@ func withState(ev objects.AsyncEvent, s apiv1.AsyncState) objects.AsyncEvent {
 	return ev
 }
 
-// BenchmarkAsyncEnqueue: one event per op, quota checked under the function's lock.
+// BenchmarkAsyncEnqueue: one event per op, its quota checked under the function's lock. serial:
+// one caller, ten functions; parallel: GOMAXPROCS callers each on a function of its own; deep: one
+// caller into a function with 10,000 events pending (the depth count's worst case at the default
+// quota).
 func BenchmarkAsyncEnqueue(b *testing.B) {
+	if testing.Short() {
+		b.Skip("starts PostgreSQL and fills a queue")
+	}
 	pg := testenv.PostgreSQL(b)
 	q := open(b, pg).AsyncQueue()
 	ctx := context.Background()
 	now := time.Now().UTC()
-	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
-		if err := q.Enqueue(ctx, asynctest.Event("ns", fmt.Sprint("f", i%10), now), 1<<30); err != nil {
-			b.Fatal(err)
+	b.Run("serial", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			if err := q.Enqueue(ctx, asynctest.Event("serial", fmt.Sprint("f", i%10), now), apiv1.MaxAsyncMaxQueued); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		var callers atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			fn := fmt.Sprint("f", callers.Add(1))
+			for pb.Next() {
+				if err := q.Enqueue(ctx, asynctest.Event("parallel", fn, now), apiv1.MaxAsyncMaxQueued); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("deep", func(b *testing.B) {
+		for range 10_000 {
+			if err := q.Enqueue(ctx, asynctest.Event("deep", "f", now), apiv1.MaxAsyncMaxQueued); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for b.Loop() {
+			if err := q.Enqueue(ctx, asynctest.Event("deep", "f", now), apiv1.MaxAsyncMaxQueued); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkAsyncClaimSettle: one event per op claimed (in batches of 10) and settled, from a
 // queue of 10,000.
 func BenchmarkAsyncClaimSettle(b *testing.B) {
+	if testing.Short() {
+		b.Skip("starts PostgreSQL and fills a queue")
+	}
 	pg := testenv.PostgreSQL(b)
 	q := open(b, pg).AsyncQueue()
 	ctx := context.Background()

@@ -62,7 +62,7 @@ func rows(t *testing.T, pg *testenv.Postgres, ns, name string) int {
 	return n
 }
 
-func query(t *testing.T, pg *testenv.Postgres, f func(*pgx.Conn) error) {
+func query(t testing.TB, pg *testenv.Postgres, f func(*pgx.Conn) error) {
 	t.Helper()
 	ctx := context.Background()
 	c, err := pgx.Connect(ctx, pg.URL)

@@ -1,7 +1,8 @@
 -- The asynchronous invocations' queue (issue 30; api/pgstore's AsyncQueue): one row per event
 -- until it is purged or its function deleted. Any number of API replicas claim from it at once
--- (FOR UPDATE SKIP LOCKED); an enqueue or a redrive takes the function's advisory lock first, so
--- that its depth quota holds between them.
+-- (FOR UPDATE SKIP LOCKED); an enqueue or a redrive locks the function's row in async_depth, which
+-- a trigger keeps counting its pending events, so that its depth quota holds between them at the
+-- cost of one row, not of a count of up to max_queued rows.
 
 -- +goose Up
 CREATE TABLE async_events (
@@ -31,7 +32,7 @@ CREATE TABLE async_events (
 );
 -- Claim: the pending events due first (and Claim's next: the earliest of them).
 CREATE INDEX async_events_due ON async_events (due, id) WHERE state IN ('queued', 'failed', 'running');
--- The depth quota and Stats: a function's pending events.
+-- Stats: a function's pending events, oldest first.
 CREATE INDEX async_events_pending ON async_events (namespace, function, enqueued) WHERE state IN ('queued', 'failed', 'running');
 -- GET …/dead-letters: a function's, newest first (ids sort by time).
 CREATE INDEX async_events_dead ON async_events (namespace, function, id DESC) WHERE state = 'dead_lettered';
@@ -40,5 +41,42 @@ CREATE INDEX async_events_done ON async_events (finished) WHERE state IN ('succe
 -- Forget: every event of a deleted function.
 CREATE INDEX async_events_function ON async_events (namespace, function);
 
+-- Each function's pending events (queued, failed, running), kept by the trigger below on every
+-- change of async_events: Enqueue and Redrive lock the row and compare it with the quota.
+CREATE TABLE async_depth (
+    namespace text    NOT NULL,
+    function  text    NOT NULL,
+    pending   integer NOT NULL,
+    PRIMARY KEY (namespace, function)
+);
+
+-- +goose StatementBegin
+CREATE FUNCTION async_depth_count() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    counted_before boolean := false; -- the old row counted (was pending)
+    counts_now     boolean := false; -- the new row counts (is pending)
+BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        counted_before := OLD.state IN ('queued', 'failed', 'running');
+    END IF;
+    IF TG_OP IN ('UPDATE', 'INSERT') THEN
+        counts_now := NEW.state IN ('queued', 'failed', 'running');
+    END IF;
+    IF counted_before AND (NOT counts_now OR OLD.namespace <> NEW.namespace OR OLD.function <> NEW.function) THEN
+        UPDATE async_depth SET pending = pending - 1 WHERE namespace = OLD.namespace AND function = OLD.function;
+    END IF;
+    IF counts_now AND (NOT counted_before OR OLD.namespace <> NEW.namespace OR OLD.function <> NEW.function) THEN
+        INSERT INTO async_depth AS d VALUES (NEW.namespace, NEW.function, 1)
+            ON CONFLICT (namespace, function) DO UPDATE SET pending = d.pending + 1;
+    END IF;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER async_depth_count AFTER INSERT OR DELETE OR UPDATE OF state, namespace, function ON async_events
+    FOR EACH ROW EXECUTE FUNCTION async_depth_count();
+
 -- +goose Down
 DROP TABLE async_events;
+DROP FUNCTION async_depth_count();
+DROP TABLE async_depth;
