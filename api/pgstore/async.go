@@ -22,9 +22,9 @@ import (
 // backend's queue of asynchronous invocations, shared by every API replica. Claim takes due rows
 // with FOR UPDATE SKIP LOCKED, so replicas claiming at once each take different events; Enqueue
 // and Redrive lock the function's row in async_depth (its pending events, counted by a trigger)
-// until they commit, so that its depth quota holds between replicas. It lives on its store's pool and schema (Invocations.AsyncQueue):
-// while PostgreSQL is away or the schema not migrated yet, every method answers
-// *objects.NotReadyError within the store's query timeout.
+// until they commit, so that its depth quota holds between replicas. It lives on its store's pool
+// and schema (Invocations.AsyncQueue): while PostgreSQL is away or the schema not migrated yet,
+// every method answers *objects.NotReadyError within the store's query timeout.
 type AsyncQueue struct {
 	db      *database
 	timeout time.Duration
@@ -248,8 +248,12 @@ func (q *AsyncQueue) Redrive(ctx context.Context, ns, name, id string, now time.
 // Forget implements objects.AsyncQueue.
 func (q *AsyncQueue) Forget(ctx context.Context, ns, name string) error {
 	return q.run(ctx, fmt.Sprintf("deleting the asynchronous invocations of %s/%s", ns, name), func(ctx context.Context) error {
-		_, err := q.db.deleteBatches(ctx, q.timeout, `DELETE FROM async_events WHERE id IN (SELECT id FROM async_events
-			WHERE namespace = $1 AND function = $2 LIMIT $3)`, ns, name, deleteBatch)
+		if _, err := q.db.deleteBatches(ctx, q.timeout, `DELETE FROM async_events WHERE id IN (SELECT id FROM async_events
+			WHERE namespace = $1 AND function = $2 LIMIT $3)`, ns, name, deleteBatch); err != nil {
+			return err
+		}
+		// Its count, now 0 unless a new function of the name has enqueued since.
+		_, err := q.db.pool.Exec(ctx, `DELETE FROM async_depth WHERE namespace = $1 AND function = $2 AND pending = 0`, ns, name)
 		return err
 	})
 }
@@ -272,12 +276,19 @@ func (q *AsyncQueue) Purge(ctx context.Context, succeeded, dead time.Time) (int,
 func (q *AsyncQueue) Stats(ctx context.Context) ([]objects.AsyncStats, error) {
 	var out []objects.AsyncStats
 	err := q.run(ctx, "counting asynchronous invocations", func(ctx context.Context) error {
-		rows, err := q.db.pool.Query(ctx, `SELECT namespace, function,
-				count(*) FILTER (WHERE state <> 'dead_lettered'),
-				min(enqueued) FILTER (WHERE state <> 'dead_lettered'),
-				count(*) FILTER (WHERE state = 'dead_lettered')
-			FROM async_events WHERE state IN ('queued', 'failed', 'running', 'dead_lettered')
-			GROUP BY namespace, function ORDER BY namespace COLLATE "C", function COLLATE "C"`)
+		// Depths from the trigger's counts, each oldest from the front of its function's pending
+		// index: no scan of every pending event.
+		rows, err := q.db.pool.Query(ctx, `WITH
+				depth AS (SELECT namespace, function, pending FROM async_depth WHERE pending > 0),
+				dead AS (SELECT namespace, function, count(*) AS n FROM async_events
+					WHERE state = 'dead_lettered' GROUP BY namespace, function),
+				fns AS (SELECT namespace, function FROM depth UNION SELECT namespace, function FROM dead)
+			SELECT f.namespace, f.function, coalesce(depth.pending, 0),
+				(SELECT min(e.enqueued) FROM async_events e
+					WHERE e.namespace = f.namespace AND e.function = f.function AND e.state IN `+pendingStates+`),
+				coalesce(dead.n, 0)
+			FROM fns f LEFT JOIN depth USING (namespace, function) LEFT JOIN dead USING (namespace, function)
+			ORDER BY f.namespace COLLATE "C", f.function COLLATE "C"`)
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/pgstore"
+	"github.com/sless-dev/sless/async"
 	"github.com/sless-dev/sless/async/asynctest"
 	"github.com/sless-dev/sless/internal/testenv"
 	"github.com/sless-dev/sless/objects"
@@ -71,6 +72,54 @@ func TestAsyncQueueContract(t *testing.T) {
 		t.Cleanup(func() { checkDepth(t, pg) })
 		return q
 	})
+}
+
+// Stats gives each function with pending events or dead letters its depth, its oldest pending
+// event's Enqueued and its dead letters, as MemQueue does for the same calls.
+func TestAsyncStats(t *testing.T) {
+	pg := testenv.PostgreSQL(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	var got [2][]objects.AsyncStats
+	for i, q := range []objects.AsyncQueue{async.NewMemQueue(nil), open(t, pg).AsyncQueue()} {
+		for _, ev := range []objects.AsyncEvent{
+			asynctest.Event("a", "f", now.Add(2*time.Second)), asynctest.Event("a", "f", now.Add(time.Second)),
+			asynctest.Event("a", "f", now), asynctest.Event("b", "g", now.Add(3*time.Second)),
+		} {
+			if err := q.Enqueue(ctx, ev, 10); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// a/f's oldest and b/g's only event dead-lettered: a/f keeps two pending, b/g none.
+		claimed, _, err := q.Claim(ctx, now.Add(time.Hour), time.Minute, 10)
+		if err != nil || len(claimed) != 4 {
+			t.Fatalf("claim: %+v %v", claimed, err)
+		}
+		for _, c := range claimed {
+			switch {
+			case c.Namespace == "b" || c.Enqueued.Equal(now):
+				c.State = apiv1.AsyncDeadLettered
+			default:
+				c.State, c.NextAttempt = apiv1.AsyncFailed, now.Add(time.Hour)
+			}
+			if err := q.Settle(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got[i], err = q.Stats(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []objects.AsyncStats{
+		{Namespace: "a", Function: "f", Depth: 2, Oldest: now.Add(time.Second), DeadLetters: 1},
+		{Namespace: "b", Function: "g", DeadLetters: 1},
+	}
+	for i, name := range []string{"MemQueue", "PostgreSQL"} {
+		if fmt.Sprint(got[i]) != fmt.Sprint(want) {
+			t.Errorf("%s's stats:\n%+v\nwant\n%+v", name, got[i], want)
+		}
+	}
+	checkDepth(t, pg)
 }
 
 // Two replicas (two stores, two pools) claiming 1,000 events at once take each exactly once.

@@ -9,7 +9,8 @@ CREATE TABLE async_events (
     id           text        PRIMARY KEY, -- sorts by creation time (apiv1.FormatAsyncID)
     namespace    text        NOT NULL,
     function     text        NOT NULL,
-    state        text        NOT NULL,    -- queued, running, failed, succeeded, dead_lettered
+    state        text        NOT NULL     -- an event in no known state would never be claimed nor counted
+                 CHECK (state IN ('queued', 'running', 'failed', 'succeeded', 'dead_lettered')),
     created      timestamptz NOT NULL,
     enqueued     timestamptz NOT NULL,    -- accepted or last redriven: max_age_sec counts from it
     redriven     timestamptz,             -- NULL unless redriven
