@@ -74,8 +74,16 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
-CREATE TRIGGER async_depth_count AFTER INSERT OR DELETE OR UPDATE OF state, namespace, function ON async_events
-    FOR EACH ROW EXECUTE FUNCTION async_depth_count();
+-- Only where the count changes: a claim (queued to running) or a retry (running to failed) calls
+-- no function.
+CREATE TRIGGER async_depth_insert AFTER INSERT ON async_events
+    FOR EACH ROW WHEN (NEW.state IN ('queued', 'failed', 'running')) EXECUTE FUNCTION async_depth_count();
+CREATE TRIGGER async_depth_delete AFTER DELETE ON async_events
+    FOR EACH ROW WHEN (OLD.state IN ('queued', 'failed', 'running')) EXECUTE FUNCTION async_depth_count();
+CREATE TRIGGER async_depth_update AFTER UPDATE OF state, namespace, function ON async_events
+    FOR EACH ROW WHEN ((OLD.state IN ('queued', 'failed', 'running')) <> (NEW.state IN ('queued', 'failed', 'running'))
+        OR OLD.namespace <> NEW.namespace OR OLD.function <> NEW.function)
+    EXECUTE FUNCTION async_depth_count();
 
 -- +goose Down
 DROP TABLE async_events;
