@@ -85,7 +85,8 @@ var (
 // applies the embedded migrations (goose, under its advisory lock, so replicas starting together
 // migrate once) and retries with backoff until that works; until then records wait in the buffer
 // and List answers *objects.NotReadyError. databaseURL is a PostgreSQL connection string (URL or
-// key=value). Close releases everything.
+// key=value). AsyncQueue is the asynchronous invocations' queue on the same pool and schema. Close
+// releases everything.
 func Open(ctx context.Context, databaseURL string, opts ...Option) (*Invocations, error) {
 	o, err := makeOptions(opts)
 	if err != nil {
