@@ -93,7 +93,8 @@ func WithRetentionInterval(d time.Duration) Option {
 	}
 }
 
-// WithQueryTimeout bounds a List (and the delete a Forget tries at once). The default is 2 s.
+// WithQueryTimeout bounds a List (and the delete a Forget tries at once), and each call of the
+// asynchronous queue (each batch of its Forget and Purge). The default is 2 s.
 func WithQueryTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {

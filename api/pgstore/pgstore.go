@@ -5,7 +5,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -17,9 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/lock"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
 
@@ -48,16 +44,14 @@ const (
 // Invocations is objects.Invocations in PostgreSQL. Record appends to a bounded buffer; a writer
 // goroutine copies the buffer into the table; List reads the table (and what is still buffered).
 type Invocations struct {
-	o      *options
-	pool   *pgxpool.Pool
-	secret string // the password of the URL, kept out of every message
+	*database // shared with the asynchronous queue (AsyncQueue)
+	o         *options
 
 	// ctx ends when Close begins: loops stop, connection attempts end. hard ends when Close's
 	// time is up: an in-flight write ends too.
 	ctx, hard          context.Context
 	cancel, hardCancel context.CancelFunc
 	wg                 sync.WaitGroup
-	ready              chan struct{} // closed once connected and migrated
 	wake               chan struct{} // a full batch is waiting
 	closeOnce          sync.Once
 
@@ -70,7 +64,6 @@ type Invocations struct {
 	pending                    []row    // oldest first; the front is what a flush writes
 	forgets                    []forget // deletions not done yet
 	closed                     bool
-	downErr                    error // why the database cannot be used now; nil when it can
 	recorded, written, dropped uint64
 	discarded                  uint64 // buffered records of a function Forget removed
 }
@@ -92,7 +85,8 @@ var (
 // applies the embedded migrations (goose, under its advisory lock, so replicas starting together
 // migrate once) and retries with backoff until that works; until then records wait in the buffer
 // and List answers *objects.NotReadyError. databaseURL is a PostgreSQL connection string (URL or
-// key=value). Close releases everything.
+// key=value). AsyncQueue is the asynchronous invocations' queue on the same pool and schema. Close
+// releases everything.
 func Open(ctx context.Context, databaseURL string, opts ...Option) (*Invocations, error) {
 	o, err := makeOptions(opts)
 	if err != nil {
@@ -110,9 +104,8 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Invocations
 		return nil, fmt.Errorf("configuring the connection pool: %w", err)
 	}
 	s := &Invocations{
-		o: o, pool: pool, secret: cfg.ConnConfig.Password,
-		ready: make(chan struct{}), wake: make(chan struct{}, 1), rw: semaphore.NewWeighted(readers),
-		downErr: errors.New("not connected to PostgreSQL yet"),
+		database: newDatabase(pool, cfg.ConnConfig.Password),
+		o:        o, wake: make(chan struct{}, 1), rw: semaphore.NewWeighted(readers),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.hard, s.hardCancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -170,7 +163,7 @@ func (s *Invocations) List(ctx context.Context, ns, name string, q objects.Invoc
 	select {
 	case <-s.ready:
 	default:
-		return nil, s.notReady(s.reason())
+		return nil, s.notReady(history, s.reason())
 	}
 	qctx, cancel := context.WithTimeout(ctx, s.o.queryTimeout)
 	defer cancel()
@@ -178,7 +171,7 @@ func (s *Invocations) List(ctx context.Context, ns, name string, q objects.Invoc
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, s.notReady(fmt.Errorf("a write to PostgreSQL did not finish within %v", s.o.queryTimeout))
+		return nil, s.notReady(history, fmt.Errorf("a write to PostgreSQL did not finish within %v", s.o.queryTimeout))
 	}
 	defer s.rw.Release(1)
 
@@ -213,7 +206,7 @@ func (s *Invocations) List(ctx context.Context, ns, name string, q objects.Invoc
 		if !unavailable(err) {
 			return nil, fmt.Errorf("listing the invocations of %s/%s: %w", ns, name, err)
 		}
-		return nil, s.notReady(err)
+		return nil, s.notReady(history, err)
 	}
 	slices.SortStableFunc(out, func(a, b apiv1.Invocation) int { return b.Time.Compare(a.Time) })
 	return out[:min(limit, len(out))], nil
@@ -320,7 +313,7 @@ func (s *Invocations) run() {
 	defer s.wg.Done()
 	b := backoff{max: s.o.maxBackoff}
 	for attempt := 0; ; attempt++ {
-		err := s.connect()
+		err := s.connect(s.ctx, s.o.logger)
 		if err == nil {
 			break
 		}
@@ -377,34 +370,6 @@ func (s *Invocations) run() {
 	}
 }
 
-// connect checks the database answers and applies the migrations.
-func (s *Invocations) connect() error {
-	ctx, cancel := context.WithTimeout(s.ctx, migrateTimeout)
-	defer cancel()
-	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("connecting to PostgreSQL: %w", err)
-	}
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, uint64(migrateTimeout/time.Second)))
-	if err != nil {
-		return err
-	}
-	db := stdlib.OpenDBFromPool(s.pool) // closing it leaves the pool open
-	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, sub, goose.WithSessionLocker(locker),
-		goose.WithDisableGlobalRegistry(true), goose.WithSlog(s.o.logger), goose.WithVerbose(true))
-	if err != nil {
-		return fmt.Errorf("reading the migrations: %w", err)
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrating the invocations schema: %w", err)
-	}
-	return nil
-}
-
 // flush writes up to one batch from the front of the buffer with COPY. done says the buffer held
 // less than a full batch (nothing more to write now). A failed write leaves the rows buffered.
 func (s *Invocations) flush(ctx context.Context) (done bool, err error) {
@@ -439,8 +404,8 @@ func (s *Invocations) flush(ctx context.Context) (done bool, err error) {
 	// appends: the first n are still the batch.
 	s.pending = append(s.pending[:0], s.pending[n:]...)
 	s.written += uint64(n)
-	s.downErr = nil
 	s.mu.Unlock()
+	s.setDown(nil)
 	return n < s.o.batchSize, nil
 }
 
@@ -450,7 +415,7 @@ func (s *Invocations) applyForgets(ctx context.Context) error {
 	todo := slices.Clone(s.forgets)
 	s.mu.Unlock()
 	for _, f := range todo {
-		_, err := s.deleteBatches(ctx, `DELETE FROM invocations WHERE id IN (SELECT id FROM invocations
+		_, err := s.deleteBatches(ctx, flushTimeout, `DELETE FROM invocations WHERE id IN (SELECT id FROM invocations
 			WHERE namespace = $1 AND function = $2 LIMIT $3)`, f.ns, f.name, deleteBatch)
 		if err != nil {
 			s.setDown(err)
@@ -470,7 +435,7 @@ func (s *Invocations) retain() {
 	defer t.Stop()
 	for {
 		cutoff := time.Now().Add(-s.o.retention)
-		n, err := s.deleteBatches(s.ctx, `DELETE FROM invocations WHERE id IN (SELECT id FROM invocations
+		n, err := s.deleteBatches(s.ctx, flushTimeout, `DELETE FROM invocations WHERE id IN (SELECT id FROM invocations
 			WHERE time < $1 LIMIT $2)`, cutoff, deleteBatch)
 		if err != nil && s.ctx.Err() == nil {
 			s.o.logger.Warn("invocation history: deleting expired records failed", "error", s.redact(err.Error()))
@@ -483,51 +448,6 @@ func (s *Invocations) retain() {
 		case <-t.C:
 		}
 	}
-}
-
-// deleteBatches runs a DELETE whose last argument is its batch size until it deletes fewer, and
-// returns how many rows it deleted.
-func (s *Invocations) deleteBatches(ctx context.Context, sql string, args ...any) (int64, error) {
-	var n int64
-	for {
-		qctx, cancel := context.WithTimeout(ctx, flushTimeout)
-		tag, err := s.pool.Exec(qctx, sql, args...)
-		cancel()
-		if err != nil {
-			return n, err
-		}
-		n += tag.RowsAffected()
-		if tag.RowsAffected() < deleteBatch {
-			return n, nil
-		}
-	}
-}
-
-func (s *Invocations) setDown(err error) {
-	s.mu.Lock()
-	s.downErr = err
-	s.mu.Unlock()
-}
-
-func (s *Invocations) reason() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.downErr == nil {
-		return errors.New("connecting to PostgreSQL")
-	}
-	return s.downErr
-}
-
-func (s *Invocations) notReady(err error) error {
-	return &objects.NotReadyError{Reason: "the invocation history is unavailable: " + s.redact(err.Error())}
-}
-
-// redact keeps the password out of a message, whatever a library put into it.
-func (s *Invocations) redact(msg string) string {
-	if len(s.secret) >= 4 {
-		msg = strings.ReplaceAll(msg, s.secret, "xxxxx")
-	}
-	return msg
 }
 
 // unavailable tells a database that is away (unreachable, shutting down, not migrated) from a

@@ -20,13 +20,14 @@ import (
 	"github.com/sless-dev/sless/api/apitest"
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/api/pgstore"
+	"github.com/sless-dev/sless/async/asynctest"
 	"github.com/sless-dev/sless/codestore"
 	"github.com/sless-dev/sless/internal/testenv"
 	"github.com/sless-dev/sless/objects"
 )
 
 // open opens a store on pg, waits until it has migrated, and closes it at the end of the test.
-func open(t *testing.T, pg *testenv.Postgres, opts ...pgstore.Option) *pgstore.Invocations {
+func open(t testing.TB, pg *testenv.Postgres, opts ...pgstore.Option) *pgstore.Invocations {
 	t.Helper()
 	s, err := pgstore.Open(context.Background(), pg.URL, append([]pgstore.Option{pgstore.WithFlushInterval(20 * time.Millisecond)}, opts...)...)
 	if err != nil {
@@ -61,7 +62,7 @@ func rows(t *testing.T, pg *testenv.Postgres, ns, name string) int {
 	return n
 }
 
-func query(t *testing.T, pg *testenv.Postgres, f func(*pgx.Conn) error) {
+func query(t testing.TB, pg *testenv.Postgres, f func(*pgx.Conn) error) {
 	t.Helper()
 	ctx := context.Background()
 	c, err := pgx.Connect(ctx, pg.URL)
@@ -255,6 +256,15 @@ func TestMigrationsIdempotent(t *testing.T) {
 	s := open(t, pg)
 	s.Record(context.Background(), "ns", "f", inv(1))
 	waitFor(t, "a row written", func() bool { return rows(t, pg, "ns", "f") == 1 })
+	// The queue's table (00003) is there and used.
+	q := s.AsyncQueue()
+	ev := asynctest.Event("ns", "f", time.Now())
+	if err := q.Enqueue(context.Background(), ev, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := q.Get(context.Background(), "ns", "f", ev.ID); err != nil || got.State != apiv1.AsyncQueued {
+		t.Fatalf("the queue after the migrations: %+v %v", got, err)
+	}
 	var applied int
 	query(t, pg, func(c *pgx.Conn) error {
 		return c.QueryRow(context.Background(), `SELECT count(*) FROM goose_db_version WHERE version_id > 0`).Scan(&applied)
