@@ -67,6 +67,11 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 	if err != nil {
 		return nil, err
 	}
+	if history != nil {
+		// Asynchronous invocations queue in the same database; without one the API refuses
+		// async.enabled (an in-memory queue would lose what it answered 202 to).
+		backend.Async = history.AsyncQueue()
+	}
 	srv, err := api.New(backend, c.api.ServerOptions(api.WithVerifier(verifier), api.WithLogger(logger), api.WithReadiness(cachesSynced(mgr, servingKinds...)))...)
 	if err != nil {
 		return nil, err
@@ -120,7 +125,14 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 			logger.Info("draining", "delay", c.shutdownDelay.String(), "timeout", c.drainTimeout.String())
 			time.AfterFunc(c.shutdownDelay, shutdown)
 		})
+		// Every replica dispatches asynchronous invocations (the queue gives each to one) until
+		// the signal; the attempts in flight finish within the drain.
+		dctx, stopDispatch := context.WithCancel(ctx)
+		dispatched := make(chan struct{})
+		go func() { defer close(dispatched); srv.RunAsync(dctx) }()
 		err := api.Serve(sctx, hs, ln, c.drainTimeout)
+		stopDispatch()
+		<-dispatched
 		stopLoads()
 		if history != nil {
 			// What the drained requests recorded is written before the process goes.
