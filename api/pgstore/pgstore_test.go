@@ -584,7 +584,7 @@ func TestConformance(t *testing.T) {
 		if err := s.Wait(ctx); err != nil {
 			t.Fatal(err)
 		}
-		b.Invocations = s
+		b.Invocations, b.Async = s, s.AsyncQueue()
 		return b, ctrl
 	}})
 }
