@@ -275,42 +275,13 @@ func steadyLatency(ctx context.Context, conn *amqp.Connection, brokerURL string,
 // asyncRates sends n asynchronous invocations from conc clients (the 202's latency) and times the
 // dispatcher from the first 202 until the queue is empty again.
 func asyncRates(ctx context.Context, fnURL string, q objects.AsyncQueue, conc, n int) (loadResult, float64, error) {
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc}, Timeout: 10 * time.Second}
-	var next atomic.Int64
-	var errs atomic.Int64
-	var mu sync.Mutex
-	var lat []time.Duration
+	var sent atomic.Int64
 	start := time.Now()
-	var wg sync.WaitGroup
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			for next.Add(1) <= int64(n) {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fnURL, strings.NewReader(`{"n":1}`))
-				req.Header.Set(apiv1.HeaderInvocationType, apiv1.InvocationTypeEvent)
-				s := time.Now()
-				resp, err := client.Do(req)
-				if err != nil {
-					errs.Add(1)
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusAccepted {
-					errs.Add(1)
-					continue
-				}
-				mine = append(mine, time.Since(s))
-			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	accepted := loadResult{lat: lat, errors: errs.Load(), dur: time.Since(start)}
+	accepted := drive(ctx, conc, func() bool { return sent.Add(1) <= int64(n) }, http.StatusAccepted, func(c *http.Client) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fnURL, strings.NewReader(`{"n":1}`))
+		req.Header.Set(apiv1.HeaderInvocationType, apiv1.InvocationTypeEvent)
+		return c.Do(req)
+	})
 	for {
 		st, err := q.Stats(ctx)
 		if err != nil {
@@ -328,5 +299,5 @@ func asyncRates(ctx context.Context, fnURL string, q objects.AsyncQueue, conc, n
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return accepted, float64(len(lat)) / time.Since(start).Seconds(), nil
+	return accepted, float64(len(accepted.lat)) / time.Since(start).Seconds(), nil
 }

@@ -190,28 +190,36 @@ func (l loadResult) pct(p int) time.Duration {
 
 // load runs conc workers against url for d (bounded in time; 127.0.0.1 only).
 func load(ctx context.Context, url string, conc int, d time.Duration) (loadResult, error) {
+	deadline := time.Now().Add(d)
+	r := drive(ctx, conc, func() bool { return time.Now().Before(deadline) }, http.StatusOK,
+		func(c *http.Client) (*http.Response, error) { return c.Get(url) })
+	return r, ctx.Err()
+}
+
+// drive runs conc workers, each sending while more says so; an answer with status want counts its
+// latency, anything else is an error.
+func drive(ctx context.Context, conc int, more func() bool, want int, send func(*http.Client) (*http.Response, error)) loadResult {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}, Timeout: 10 * time.Second}
 	var mu sync.Mutex
 	var all []time.Duration
 	var errs atomic.Int64
-	deadline := time.Now().Add(d)
 	start := time.Now()
 	var wg sync.WaitGroup
-	for i := 0; i < conc; i++ {
+	for range conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var mine []time.Duration
-			for time.Now().Before(deadline) && ctx.Err() == nil {
+			for more() && ctx.Err() == nil {
 				s := time.Now()
-				resp, err := client.Get(url)
+				resp, err := send(client)
 				if err != nil {
 					errs.Add(1)
 					continue
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode != 200 {
+				if resp.StatusCode != want {
 					errs.Add(1)
 					continue
 				}
@@ -223,7 +231,7 @@ func load(ctx context.Context, url string, conc int, d time.Duration) (loadResul
 		}()
 	}
 	wg.Wait()
-	return loadResult{lat: all, errors: errs.Load(), dur: time.Since(start)}, ctx.Err()
+	return loadResult{lat: all, errors: errs.Load(), dur: time.Since(start)}
 }
 
 func waitHTTP(u string, within time.Duration) error {
