@@ -24,20 +24,6 @@ func TestExamples(t *testing.T) {
 	}
 	u := testenv.StartSlessUp(t, t.TempDir(), "", "")
 	env := testenv.TerraformEnv(t, u.URL, u.Token)
-	run := func(t *testing.T, dir string, args ...string) (string, int) {
-		cmd := exec.Command(tf, args...)
-		cmd.Dir, cmd.Env = dir, env
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), code
-	}
 	for _, tc := range []struct {
 		example string
 		check   func(t *testing.T, outputs map[string]string)
@@ -88,37 +74,66 @@ func TestExamples(t *testing.T) {
 			}
 		}},
 	} {
-		t.Run(tc.example, func(t *testing.T) {
-			dir := t.TempDir()
-			if out, err := exec.Command("cp", "-r", filepath.Join(testenv.ModuleRoot(), "examples", tc.example)+"/.", dir).CombinedOutput(); err != nil {
-				t.Fatalf("copying: %v %s", err, out)
-			}
-			if tc.example == "hello-go" {
-				buildHelloGo(t, dir)
-			}
-			if out, code := run(t, dir, "apply", "-auto-approve", "-input=false"); code != 0 {
-				t.Fatalf("terraform apply: exit %d\n%s\n%s", code, out, u.LogTail())
-			}
-			out, _ := run(t, dir, "output", "-json")
-			var raw map[string]struct{ Value any }
-			if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &raw); err != nil {
-				t.Fatalf("terraform output: %v\n%s", err, out)
-			}
-			outputs := map[string]string{}
-			for k, v := range raw {
-				outputs[k] = strings.Trim(strings.TrimSpace(jsonString(v.Value)), "\"")
-			}
-			tc.check(t, outputs)
-			if out, code := run(t, dir, "plan", "-detailed-exitcode", "-input=false"); code != 0 {
-				t.Errorf("plan after apply is not empty (exit %d):\n%s", code, out)
-			}
-			if out, code := run(t, dir, "destroy", "-auto-approve", "-input=false"); code != 0 {
-				t.Fatalf("terraform destroy: exit %d\n%s", code, out)
-			}
-			if fs, _ := u.Client.ListFunctions(t.Context()); len(fs) != 0 {
-				t.Errorf("functions left after destroy: %v", fs)
-			}
-		})
+		t.Run(tc.example, func(t *testing.T) { applyExample(t, tf, u, env, tc.example, tc.check) })
+	}
+	// With a broker of its own, and a sless up that may connect to it (--allow-broker: a broker on
+	// this host is refused otherwise).
+	t.Run("orders-rabbitmq", func(t *testing.T) {
+		mq := testenv.StartRabbitMQ(t)
+		u := testenv.StartSlessUp(t, t.TempDir(), "", "", "--allow-broker", mq.Addr())
+		env := append(testenv.TerraformEnv(t, u.URL, u.Token), "TF_VAR_broker_url="+mq.URL())
+		applyExample(t, tf, u, env, "orders-rabbitmq", func(t *testing.T, o map[string]string) { checkOrders(t, u, mq, o) })
+	})
+}
+
+// applyExample copies examples/<example> and runs it as a user does: apply, check its outputs,
+// plan (which must be empty), destroy.
+func applyExample(t *testing.T, tf string, u *testenv.SlessUp, env []string, example string, check func(t *testing.T, outputs map[string]string)) {
+	run := func(t *testing.T, dir string, args ...string) (string, int) {
+		cmd := exec.Command(tf, args...)
+		cmd.Dir, cmd.Env = dir, env
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), code
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("cp", "-r", filepath.Join(testenv.ModuleRoot(), "examples", example)+"/.", dir).CombinedOutput(); err != nil {
+		t.Fatalf("copying: %v %s", err, out)
+	}
+	if example == "hello-go" {
+		buildHelloGo(t, dir)
+	}
+	if out, code := run(t, dir, "apply", "-auto-approve", "-input=false"); code != 0 {
+		t.Fatalf("terraform apply: exit %d\n%s\n%s", code, out, u.LogTail())
+	}
+	out, _ := run(t, dir, "output", "-json")
+	var raw map[string]struct{ Value any }
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &raw); err != nil {
+		t.Fatalf("terraform output: %v\n%s", err, out)
+	}
+	outputs := map[string]string{}
+	for k, v := range raw {
+		outputs[k] = strings.Trim(strings.TrimSpace(jsonString(v.Value)), "\"")
+	}
+	check(t, outputs)
+	if out, code := run(t, dir, "plan", "-detailed-exitcode", "-input=false"); code != 0 {
+		t.Errorf("plan after apply is not empty (exit %d):\n%s", code, out)
+	}
+	if out, code := run(t, dir, "destroy", "-auto-approve", "-input=false"); code != 0 {
+		t.Fatalf("terraform destroy: exit %d\n%s", code, out)
+	}
+	if fs, _ := u.Client.ListFunctions(t.Context()); len(fs) != 0 {
+		t.Errorf("functions left after destroy: %v", fs)
+	}
+	if ts, _ := u.Client.ListTriggers(t.Context()); len(ts) != 0 {
+		t.Errorf("triggers left after destroy: %v", ts)
 	}
 }
 

@@ -38,6 +38,8 @@ type functionDataModel struct {
 	IdleTimeoutSec  types.Int64 `tfsdk:"idle_timeout_sec"`
 	Replicas        types.Int64 `tfsdk:"replicas"`
 	DesiredReplicas types.Int64 `tfsdk:"desired_replicas"`
+	// Async is the function's asynchronous invocation; null when it has none.
+	Async types.Object `tfsdk:"async"`
 }
 
 func (d *FunctionDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
@@ -70,6 +72,15 @@ func (d *FunctionDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 			"idle_timeout_sec": number("Seconds without a request after which an instance above min_replicas is stopped."),
 			"replicas":         number("Instances ready now."),
 			"desired_replicas": number("Instances the platform is scaling to."),
+			"async": schema.SingleNestedAttribute{Computed: true,
+				Description: "Asynchronous invocation (X-Sless-Invocation-Type: Event), defaults filled in; null when the function has none.",
+				Attributes: map[string]schema.Attribute{
+					"enabled":     schema.BoolAttribute{Computed: true, Description: "Asynchronous invocations are taken."},
+					"max_retries": number("Retries of an event the function fails on."),
+					"max_age_sec": number("Seconds after which an undelivered event is dead-lettered."),
+					"max_queued":  number("Events not yet done at most; beyond it /fn/ answers 429."),
+				},
+			},
 		},
 	}
 }
@@ -100,5 +111,6 @@ func (d *FunctionDataSource) Read(ctx context.Context, req datasource.ReadReques
 	m.MinReplicas, m.MaxReplicas = types.Int64Value(int64(f.MinReplicas)), types.Int64Value(int64(f.MaxReplicas))
 	m.Concurrency, m.IdleTimeoutSec = types.Int64Value(int64(f.Concurrency)), types.Int64Value(int64(f.IdleTimeoutSec))
 	m.Replicas, m.DesiredReplicas = types.Int64Value(int64(f.Status.Replicas)), types.Int64Value(int64(f.Status.DesiredReplicas))
+	m.Async = asyncValue(f.Async)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -18,6 +20,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/sless-dev/sless/api/apiv1"
@@ -61,6 +64,31 @@ type functionModel struct {
 	URL             types.String `tfsdk:"url"`
 	Replicas        types.Int64  `tfsdk:"replicas"`
 	DesiredReplicas types.Int64  `tfsdk:"desired_replicas"`
+	Async           types.Object `tfsdk:"async"`
+}
+
+// asyncModel is the async attribute of sless_function (and of its data source).
+type asyncModel struct {
+	Enabled    types.Bool  `tfsdk:"enabled"`
+	MaxRetries types.Int64 `tfsdk:"max_retries"`
+	MaxAgeSec  types.Int64 `tfsdk:"max_age_sec"`
+	MaxQueued  types.Int64 `tfsdk:"max_queued"`
+}
+
+var asyncAttrTypes = map[string]attr.Type{
+	"enabled": types.BoolType, "max_retries": types.Int64Type, "max_age_sec": types.Int64Type, "max_queued": types.Int64Type,
+}
+
+// asyncValue is the platform's async configuration as the attribute's value; null when it has none.
+func asyncValue(a *apiv1.AsyncConfig) types.Object {
+	if a == nil {
+		return types.ObjectNull(asyncAttrTypes)
+	}
+	c := a.WithDefaults()
+	return types.ObjectValueMust(asyncAttrTypes, map[string]attr.Value{
+		"enabled": types.BoolValue(c.Enabled), "max_retries": types.Int64Value(int64(*c.MaxRetries)),
+		"max_age_sec": types.Int64Value(int64(c.MaxAgeSec)), "max_queued": types.Int64Value(int64(c.MaxQueued)),
+	})
 }
 
 func (r *FunctionResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -145,6 +173,21 @@ func (r *FunctionResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			// every update).
 			"replicas":         schema.Int64Attribute{Computed: true, Description: "Instances ready now."},
 			"desired_replicas": schema.Int64Attribute{Computed: true, Description: "Instances the platform is scaling to."},
+			"async": schema.SingleNestedAttribute{Optional: true,
+				Description: "Asynchronous invocation: with enabled, /fn/ takes requests with X-Sless-Invocation-Type: Event (sless invoke --async), stores them and answers 202; the platform calls the function later, retrying and dead-lettering. Changes in place; removing the block turns it off.",
+				Attributes: map[string]schema.Attribute{
+					"enabled": schema.BoolAttribute{Required: true, Description: "Take asynchronous invocations."},
+					"max_retries": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(apiv1.DefaultAsyncMaxRetries),
+						Validators:  []validator.Int64{int64validator.Between(0, apiv1.MaxAsyncMaxRetries)},
+						Description: fmt.Sprintf("Retries of an event the function fails on (5xx, timeout, lost instance), a second apart and doubling, 0–%d. Default %d.", apiv1.MaxAsyncMaxRetries, apiv1.DefaultAsyncMaxRetries)},
+					"max_age_sec": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(apiv1.DefaultAsyncMaxAgeSec),
+						Validators:  []validator.Int64{int64validator.Between(apiv1.MinAsyncMaxAgeSec, apiv1.DefaultAsyncMaxAgeSec)},
+						Description: fmt.Sprintf("An event not delivered this many seconds after it was accepted (or redriven) is dead-lettered, %d–%d. Default %d.", apiv1.MinAsyncMaxAgeSec, apiv1.DefaultAsyncMaxAgeSec, apiv1.DefaultAsyncMaxAgeSec)},
+					"max_queued": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(apiv1.DefaultAsyncMaxQueued),
+						Validators:  []validator.Int64{int64validator.Between(1, apiv1.MaxAsyncMaxQueued)},
+						Description: fmt.Sprintf("Events not yet done at most; beyond it /fn/ answers 429, 1–%d. Default %d.", apiv1.MaxAsyncMaxQueued, apiv1.DefaultAsyncMaxQueued)},
+				},
+			},
 		},
 	}
 }
@@ -217,8 +260,35 @@ func (m functionModel) spec() (apiv1.Function, error) {
 	if f.SecretEnv, err = stringMap("secret_env", m.SecretEnv); err != nil {
 		return f, err
 	}
-	f.SecretFiles, err = stringMap("secret_files", m.SecretFiles)
+	if f.SecretFiles, err = stringMap("secret_files", m.SecretFiles); err != nil {
+		return f, err
+	}
+	f.Async, err = m.async()
 	return f, err
+}
+
+// async is the async block to send; nil (off) when there is none. An unset value is sent as 0 or
+// nil: the server's default.
+func (m functionModel) async() (*apiv1.AsyncConfig, error) {
+	if m.Async.IsNull() {
+		return nil, nil
+	}
+	if m.Async.IsUnknown() {
+		return nil, fmt.Errorf("async must be known at apply")
+	}
+	var b asyncModel
+	if diags := m.Async.As(context.Background(), &b, basetypes.ObjectAsOptions{UnhandledUnknownAsEmpty: true}); diags.HasError() {
+		return nil, fmt.Errorf("reading the async block: %v", diags)
+	}
+	if b.Enabled.IsUnknown() {
+		return nil, fmt.Errorf("async.enabled must be known at apply")
+	}
+	a := &apiv1.AsyncConfig{Enabled: b.Enabled.ValueBool(), MaxAgeSec: int(b.MaxAgeSec.ValueInt64()), MaxQueued: int(b.MaxQueued.ValueInt64())}
+	if !b.MaxRetries.IsNull() && !b.MaxRetries.IsUnknown() {
+		n := int(b.MaxRetries.ValueInt64())
+		a.MaxRetries = &n
+	}
+	return a, nil
 }
 
 // stringMap is a known map attribute's value; nil when null or unknown.
@@ -272,9 +342,23 @@ func (m *functionModel) fill(f *apiv1.Function, ns string) {
 	m.URL = types.StringValue(f.Status.URL)
 	m.Replicas = types.Int64Value(int64(f.Status.Replicas))
 	m.DesiredReplicas = types.Int64Value(int64(f.Status.DesiredReplicas))
+	// A platform that stores a disabled async as none ("nil when off") means what a block with
+	// enabled = false says: keep the block rather than plan it back for ever.
+	if f.Async != nil || !asyncOff(m.Async) {
+		m.Async = asyncValue(f.Async)
+	}
 	if m.BuildTimeoutSec.IsNull() || m.BuildTimeoutSec.IsUnknown() {
 		m.BuildTimeoutSec = types.Int64Value(300)
 	}
+}
+
+// asyncOff reports whether v is a known async block with enabled = false.
+func asyncOff(v types.Object) bool {
+	if v.IsNull() || v.IsUnknown() {
+		return false
+	}
+	e, ok := v.Attributes()["enabled"].(types.Bool)
+	return ok && !e.IsNull() && !e.IsUnknown() && !e.ValueBool()
 }
 
 // deploy uploads the code when it differs from what the platform has and waits for Ready,
@@ -441,7 +525,8 @@ func (r *FunctionResource) Update(ctx context.Context, req resource.UpdateReques
 	changed := !state.Runtime.Equal(m.Runtime) || !state.Entrypoint.Equal(m.Entrypoint) || !state.MemoryMB.Equal(m.MemoryMB) ||
 		!state.TimeoutSec.Equal(m.TimeoutSec) || !state.EnvVars.Equal(m.EnvVars) ||
 		!state.SecretEnv.Equal(m.SecretEnv) || !state.SecretFiles.Equal(m.SecretFiles) || !state.MinReplicas.Equal(m.MinReplicas) ||
-		!state.MaxReplicas.Equal(m.MaxReplicas) || !state.Concurrency.Equal(m.Concurrency) || !state.IdleTimeoutSec.Equal(m.IdleTimeoutSec)
+		!state.MaxReplicas.Equal(m.MaxReplicas) || !state.Concurrency.Equal(m.Concurrency) || !state.IdleTimeoutSec.Equal(m.IdleTimeoutSec) ||
+		!state.Async.Equal(m.Async)
 	err = r.deploy(ctx, &m, events, state.CodeSHA256.ValueString(), changed)
 	if err == nil {
 		if f, err = r.c.GetFunction(ctx, spec.Name); err == nil {

@@ -8,3 +8,5 @@ import (
 func tfjsonPath(attr string) tfjsonpath.Path { return tfjsonpath.New(attr) }
 
 func knownString(s string) knownvalue.Check { return knownvalue.StringExact(s) }
+
+func knownInt(n int64) knownvalue.Check { return knownvalue.Int64Exact(n) }

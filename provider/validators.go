@@ -174,3 +174,15 @@ func sortedKeys(m map[string]string) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// urlSecretValidator: a rabbitmq trigger's url_secret is "secret/key". A value that looks like
+// the URL itself is not echoed: it may hold the broker's password.
+var urlSecretValidator = stringCheck{"\"secret/key\" naming the namespace secret's key that holds the broker URL", func(s string) error {
+	if strings.Contains(s, "://") || strings.Contains(s, "@") {
+		return fmt.Errorf("rabbitmq.url_secret must be \"secret/key\" naming a sless_secret's key that holds the broker URL, not the URL itself: the URL with its credentials never goes inline")
+	}
+	if _, _, err := apiv1.SplitSecretRef(s); err != nil {
+		return fmt.Errorf("rabbitmq.url_secret: %s", err.(*apiv1.Error).Message)
+	}
+	return nil
+}}
