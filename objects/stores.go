@@ -74,8 +74,8 @@ type FunctionSpec struct {
 	MaxReplicas    int `json:"max_replicas,omitempty"`
 	Concurrency    int `json:"concurrency,omitempty"`
 	IdleTimeoutSec int `json:"idle_timeout_sec,omitempty"`
-	// Async is the function's asynchronous invocation, defaults filled in; nil when off. Only the
-	// API reads it: a change restarts nothing.
+	// Async is the function's asynchronous invocation as last set, defaults filled in (nil: never
+	// set; off unless Enabled). Only the API reads it: a change restarts nothing.
 	Async *apiv1.AsyncConfig `json:"async,omitempty"`
 	// CodeSHA256 names the uploaded archive to run ("" until the first upload).
 	CodeSHA256 string `json:"code_sha256,omitempty"`
