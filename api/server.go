@@ -210,6 +210,10 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // serve it on a listener.
 func (s *Server) Events() http.Handler { return s.eventFn }
 
+// FunctionEvents is the API's writer of functions' events (fnlog): an event source in this
+// process records its dead letters through it, so that one writer appends to each event log.
+func (s *Server) FunctionEvents() *fnlog.Events { return s.warnings }
+
 // Activator is /fn/'s router and hold queue: its Loads are what the autoscaler decides from.
 func (s *Server) Activator() *activator.Activator { return s.fn.Activator() }
 

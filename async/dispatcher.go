@@ -280,7 +280,7 @@ func (d *Dispatcher) settle(ctx context.Context, ev objects.AsyncEvent, dec deli
 	if dec.Action == delivery.DeadLetter && d.Events != nil {
 		msg := fmt.Sprintf("asynchronous invocation %s dead-lettered: %s", ev.ID, dec.Reason)
 		if err := d.Events.Record(ctx, ev.Namespace, ev.Function, apiv1.Event{Time: d.Now().UTC(), Type: apiv1.EventWarning,
-			Reason: apiv1.ReasonAsyncDeadLettered, Message: msg}); err != nil {
+			Reason: apiv1.ReasonDeadLettered, Message: msg}); err != nil {
 			d.Logger.Warn("recording a dead letter's event", "id", ev.ID, "error", err)
 		}
 	}

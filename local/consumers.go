@@ -30,7 +30,8 @@ type consumers struct {
 	p       *Platform
 	metrics *delivery.Metrics
 	mu      sync.Mutex
-	events  http.Handler // /fn/ for event sources (UseEvents); nil until the API is up
+	events  http.Handler  // /fn/ for event sources (UseEvents); nil until the API is up
+	record  EventRecorder // the functions' event log (UseEvents)
 	run     map[string]*consuming
 	wg      sync.WaitGroup
 }
@@ -48,9 +49,9 @@ func newConsumers(p *Platform) *consumers {
 
 // UseEvents gives the rabbitmq triggers' consumers /fn/ (api.Server.Events); they start once it
 // is set.
-func (p *Platform) UseEvents(h http.Handler) {
+func (p *Platform) UseEvents(h http.Handler, rec EventRecorder) {
 	p.mq.mu.Lock()
-	p.mq.events = h
+	p.mq.events, p.mq.record = h, rec
 	p.mq.mu.Unlock()
 	p.ctrl.enqueueKind(func(t objects.Trigger) bool { return t.Spec.Type == apiv1.TriggerRabbitMQ })
 }
@@ -110,7 +111,7 @@ func (m *consumers) reconcile(ctx context.Context, ns string, t objects.Trigger)
 		CheckAddr: func(ap netip.AddrPort) error { return m.p.checkBroker(ctx, ns, ap) },
 		Name:      "sless trigger " + ns + "/" + name,
 	}, rabbitmq.FunctionInvoker{Namespace: ns, Function: t.Spec.FunctionRef, Trigger: name, Handler: events},
-		func(r rabbitmq.Result) { m.metrics.Observe(apiv1.SourceRabbitMQ, r.Decision) })
+		func(r rabbitmq.Result) { m.observe(ns, name, t.Spec.FunctionRef, mq.DeadLetter, r) })
 	if err != nil {
 		return idle(err.Error())
 	}
@@ -125,6 +126,29 @@ func (m *consumers) reconcile(ctx context.Context, ns string, t objects.Trigger)
 	go func() { defer m.wg.Done(); defer run.done.Done(); m.writeStatus(cctx, ns, name, gen, c) }()
 	m.p.log.Info("rabbitmq trigger consuming", "namespace", ns, "trigger", name, "queue", mq.Queue)
 	return nil
+}
+
+// EventRecorder writes a function's events (the API's fnlog.Events).
+type EventRecorder interface {
+	Record(ctx context.Context, ns, name string, ev apiv1.Event) error
+}
+
+// observe counts a delivery's outcome, and records a dead letter as a Warning event on the
+// function. It must not block: fnlog.Events queues.
+func (m *consumers) observe(ns, trigger, fn, dlq string, r rabbitmq.Result) {
+	m.metrics.Observe(apiv1.SourceRabbitMQ, r.Decision)
+	m.mu.Lock()
+	rec := m.record
+	m.mu.Unlock()
+	if r.Decision.Action != delivery.DeadLetter || rec == nil {
+		return
+	}
+	id := r.Message.MessageID
+	if id == "" {
+		id = "(no message id)"
+	}
+	rec.Record(context.Background(), ns, fn, apiv1.Event{Type: apiv1.EventWarning, Reason: apiv1.ReasonDeadLettered,
+		Message: fmt.Sprintf("message %s of rabbitmq trigger %s dead-lettered to %s: %s", id, trigger, dlq, r.Decision.Reason)})
 }
 
 // writeStatus copies c's status to the trigger's until ctx ends.

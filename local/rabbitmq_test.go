@@ -106,6 +106,24 @@ func TestRabbitMQTriggerUp(t *testing.T) {
 	if len(dead) != 2 {
 		t.Errorf("dead letters: %d", len(dead))
 	}
+	// Each dead letter is a Warning event on the function, naming the message.
+	waitFor(t, 10*time.Second, func() bool {
+		evs, err := u.c.ListEvents(ctx, "orders")
+		if err != nil {
+			return false
+		}
+		seen := map[string]bool{}
+		for _, ev := range evs {
+			if ev.Reason == apiv1.ReasonDeadLettered && ev.Type == apiv1.EventWarning {
+				for _, id := range []string{"fail", "bad"} {
+					if strings.Contains(ev.Message, "message "+id+" of rabbitmq trigger orders dead-lettered to orders.dlq") {
+						seen[id] = true
+					}
+				}
+			}
+		}
+		return seen["fail"] && seen["bad"]
+	}, "a DeadLettered event for each dead letter")
 
 	// Disabled: not consuming; the messages wait in the queue and are delivered once enabled.
 	if _, err := u.c.SetTriggerEnabled(ctx, "orders", false); err != nil {

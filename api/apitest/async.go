@@ -204,7 +204,7 @@ func testAsyncInvocation(t *testing.T, bk Backend) {
 		evs, _ := e.C.ListEvents(bg, "jobs")
 		n := 0
 		for _, ev := range evs {
-			if ev.Reason == apiv1.ReasonAsyncDeadLettered && ev.Type == apiv1.EventWarning {
+			if ev.Reason == apiv1.ReasonDeadLettered && ev.Type == apiv1.EventWarning {
 				n++
 			}
 		}
@@ -212,7 +212,7 @@ func testAsyncInvocation(t *testing.T, bk Backend) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d %s events, want 2: %+v", n, apiv1.ReasonAsyncDeadLettered, evs)
+			t.Fatalf("%d %s events, want 2: %+v", n, apiv1.ReasonDeadLettered, evs)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

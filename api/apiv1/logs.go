@@ -81,14 +81,15 @@ const (
 	ReasonDisabled      = "Disabled"      // its http triggers switch it off: no instance runs
 	ReasonDeleting      = "Deleting"      // deleted; the platform removes what is left of it
 	ReasonQuotaExceeded = "QuotaExceeded" // the tenant's quota stops a scale-up (condition ScaleLimited)
-	// ReasonAsyncDeadLettered (a Warning): an asynchronous invocation was given up.
-	ReasonAsyncDeadLettered = "AsyncDeadLettered"
+	// ReasonDeadLettered (a Warning): an event was given up: an asynchronous invocation, or a
+	// rabbitmq trigger's message sent to its dead-letter queue (the single host).
+	ReasonDeadLettered = "DeadLettered"
 )
 
 // Reasons are every reason a function's events and conditions carry, on both backends.
 var Reasons = []string{ReasonStored, ReasonInstallingDependencies, ReasonBuilding, ReasonPushing, ReasonBuilt, ReasonStarting,
 	ReasonReady, ReasonFailed, ReasonPending, ReasonDisabled, ReasonDeleting, ReasonQuotaExceeded, ReasonRuntimeDeprecated, ReasonRuntimeBlocked,
-	ReasonAsyncDeadLettered}
+	ReasonDeadLettered}
 
 // ParseSince reads GET …/logs?since=: an RFC 3339 time, or a duration back from now such as "5m"
 // or "1h30m" (kubectl logs --since).

@@ -233,7 +233,7 @@ func runUp(ctx context.Context, c *upConfig, stdout, stderr io.Writer) error {
 	srv.Metrics().MustRegister(builds)
 	srv.Metrics().MustRegister(p.Collectors()...)
 	p.UseLoads(srv.Activator().Loads)
-	p.UseEvents(srv.Events())
+	p.UseEvents(srv.Events(), srv.FunctionEvents())
 	var handler http.Handler = srv.Handler()
 	if manual != nil {
 		handler = clockHandler(manual, p, handler)
