@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sless-dev/sless/activator"
+	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/lifecycle"
 	"github.com/sless-dev/sless/objects"
 	slessv1 "github.com/sless-dev/sless/operator/api/v1alpha1"
@@ -57,6 +58,8 @@ func New(c client.Client, opts ...Option) (objects.Backend, error) {
 		Logs:        o.logs,
 		Scaler:      o.scaler,
 		Egress:      &egress{c: c, tenant: o.tenant},
+		// rabbitmq triggers run in each namespace's consumer Deployment (the ConsumerReconciler).
+		TriggerTypes: []apiv1.TriggerType{apiv1.TriggerHTTP, apiv1.TriggerCron, apiv1.TriggerRabbitMQ},
 	}
 	if o.runtimeImages != nil {
 		b.RuntimeImages = o.runtimeImages
