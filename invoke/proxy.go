@@ -43,6 +43,7 @@ type options struct {
 	fnDomain  string
 	maxHeld   int
 	registry  prometheus.Registerer
+	eventKey  []byte // WithEventKey
 }
 
 // WithBodyLimit bounds a request body sent to a function. The default is DefaultBodyLimit (6 MiB).
@@ -335,7 +336,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Event headers are the platform's event sources' (Events), never a public caller's: a
 	// handler may trust them.
 	var source, messageID string
-	if r.Context().Value(eventsKey{}) != nil {
+	if p.trustsEvents(r) {
 		source, messageID = r.Header.Get(apiv1.HeaderEventSource), r.Header.Get(apiv1.HeaderEventMessageID)
 	} else {
 		dropEventHeaders(r.Header)
