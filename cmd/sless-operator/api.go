@@ -67,7 +67,9 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 	if err != nil {
 		return nil, err
 	}
-	srv, err := api.New(backend, c.api.ServerOptions(api.WithVerifier(verifier), api.WithLogger(logger), api.WithReadiness(cachesSynced(mgr, servingKinds...)))...)
+	// Namespaces' rabbitmq consumers send their events with their namespace's token.
+	srv, err := api.New(backend, c.api.ServerOptions(api.WithVerifier(verifier), api.WithLogger(logger), api.WithReadiness(cachesSynced(mgr, servingKinds...)),
+		api.WithEventKey(c.eventKey))...)
 	if err != nil {
 		return nil, err
 	}
