@@ -254,6 +254,21 @@ func TestRabbitMQOnKubernetes(t *testing.T) {
 	t.Logf("orders' status: delivered_total=%d dead_lettered_total=%d (acks over both consumer pods, redeliveries included)",
 		tr.Status.DeliveredTotal, tr.Status.DeadLetteredTotal)
 
+	t.Run("the consumer pod waited for its network policy", func(t *testing.T) {
+		var pods corev1.PodList
+		cluster.Kube.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(resources.ConsumerLabels()))
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			if len(p.Status.InitContainerStatuses) != 1 || p.Status.InitContainerStatuses[0].State.Terminated == nil ||
+				p.Status.InitContainerStatuses[0].State.Terminated.ExitCode != 0 {
+				t.Errorf("consumer pod %s: init containers %+v, want the policy gate done", p.Name, p.Status.InitContainerStatuses)
+				continue
+			}
+			t.Logf("%s: %s", p.Name, strings.TrimSpace(kubectl(t, "-n", ns, "logs", p.Name, "-c", "wait-network-policy")))
+		}
+	})
 	t.Run("a missing secret is its trigger's status", func(t *testing.T) {
 		tr, err := c.GetTrigger(ctx, "ghost")
 		if err != nil || tr.Status.Connected || !strings.Contains(tr.Status.LastError, `secret "nosuch"`) {

@@ -83,7 +83,7 @@ func TestRolesReadNoSecrets(t *testing.T) {
 // consumerDeployment is a namespace's rabbitmq consumer for a trigger on the tenant secret "api-key".
 func consumerDeployment(ns string) *appsv1.Deployment {
 	return resources.MakeConsumerDeployment(ns, []slessv1.Trigger{{Spec: slessv1.TriggerSpec{Type: "rabbitmq",
-		RabbitMQ: &slessv1.RabbitMQTrigger{URLSecret: "api-key/k", Queue: "q"}}}}, resources.ConsumerConfig{Image: "op", APIURL: "http://api"})
+		RabbitMQ: &slessv1.RabbitMQTrigger{URLSecret: "api-key/k", Queue: "q"}}}}, resources.ConsumerConfig{Image: "op", APIURL: "http://api", PolicyGate: "op"})
 }
 
 // Pod logs are read, nothing more: no exec, attach, port-forward or proxy into tenant pods.

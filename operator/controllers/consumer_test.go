@@ -47,7 +47,8 @@ func TestConsumerFollowsTriggers(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &controllers.ConsumerReconciler{Config: controllers.ConsumerConfig{Key: key, ConsumerConfig: resources.ConsumerConfig{
-		Image: "registry.test/sless/operator@sha256:" + strings.Repeat("ab", 32), OperatorNamespace: "sless-system", APIURL: "http://sless-api.sless-system.svc", APIPort: 8080}}}
+		Image: "registry.test/sless/operator@sha256:" + strings.Repeat("ab", 32), OperatorNamespace: "sless-system", APIURL: "http://sless-api.sless-system.svc", APIPort: 8080,
+		PolicyGate: "registry.test/sless/operator@sha256:" + strings.Repeat("ab", 32)}}}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +106,8 @@ func TestConsumerFollowsTriggers(t *testing.T) {
 		t.Errorf("container security context %+v", sc)
 	case ctr.Image != r.Config.Image || !slices.Contains(ctr.Args, "--role=consumer") || !slices.Contains(ctr.Args, "--namespace="+ns):
 		t.Errorf("container %s %v", ctr.Image, ctr.Args)
+	case len(pod.InitContainers) != 1 || !slices.Contains(pod.InitContainers[0].Command, "--denied=$(SLESS_HOST_IP):"+resources.KubeletPort):
+		t.Errorf("init containers %+v: want the policy gate probing the node's kubelet", pod.InitContainers)
 	case d.Spec.Template.Labels[runspec.LabelRole] != string(runspec.RoleConsumer):
 		t.Errorf("pod labels %v: the namespace's egress policy must select it", d.Spec.Template.Labels)
 	}

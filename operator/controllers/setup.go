@@ -140,6 +140,7 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Scaler, error) {
 	if cfg.Consumer != nil {
 		consumers.Config = *cfg.Consumer
 		consumers.Config.OperatorNamespace = cmp.Or(consumers.Config.OperatorNamespace, cfg.OperatorNamespace)
+		consumers.Config.PolicyGate = cmp.Or(consumers.Config.PolicyGate, cfg.PolicyGate)
 	}
 	if err := consumers.SetupWithManager(mgr); err != nil {
 		return nil, err

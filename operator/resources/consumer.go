@@ -52,7 +52,15 @@ type ConsumerConfig struct {
 	// KubeAPI are the Kubernetes API server's endpoints (the kubernetes Service's), which the
 	// consumer reaches to watch its Triggers and write their status.
 	KubeAPI []netip.AddrPort
+	// PolicyGate is the image whose `sless policy-wait` starts the pod (as PolicyGate does tenant
+	// code's), "" for none: the broker is the tenant's choice, so nothing is dialled before the
+	// namespace's egress policy is in force. It probes the node's kubelet (status.hostIP:10250),
+	// which the consumer's policies deny (the usual probe, the Kubernetes API, is one they allow).
+	PolicyGate string
 }
+
+// KubeletPort is what the consumer's policy gate probes on its node.
+const KubeletPort = "10250"
 
 // ConsumerLabels are the consumer pod's labels: the namespace's egress policy sless-egress
 // selects it (every pod but dependency installs').
@@ -129,6 +137,13 @@ func MakeConsumerDeployment(ns string, triggers []slessv1.Trigger, c ConsumerCon
 		pod.Containers[0].VolumeMounts = append(pod.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "secrets", MountPath: ConsumerSecretsDir, ReadOnly: true})
 	}
 	restrictedPod(&pod)
+	if c.PolicyGate != "" {
+		PolicyGate(&pod, c.PolicyGate)
+		gate := &pod.InitContainers[0]
+		gate.Command = append(gate.Command, "--denied=$(SLESS_HOST_IP):"+KubeletPort)
+		gate.Env = append(gate.Env, corev1.EnvVar{Name: "SLESS_HOST_IP", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}})
+	}
 	// It watches its Triggers and writes their status (ConsumerRole): the one pod of sless's in a
 	// tenant namespace with a token.
 	pod.AutomountServiceAccountToken = &yes
