@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,9 +19,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sless-dev/sless/api/apiv1"
@@ -157,8 +160,13 @@ func (r *ConsumerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 		return nil
 	})
-	return ctrl.Result{}, err
+	// Again now and then: an object edited or deleted by hand, a moved Kubernetes API endpoint.
+	return ctrl.Result{RequeueAfter: consumerResync}, err
 }
+
+// consumerResync is how often a namespace's consumer objects are brought back to what they
+// should be although nothing sless watches changed.
+const consumerResync = 10 * time.Minute
 
 // errNoConsumer is a rabbitmq trigger's last error on an install that cannot run consumers.
 const errNoConsumer = "this installation runs no rabbitmq consumers: sless-operator needs --operator-image and --event-key-file"
@@ -173,7 +181,13 @@ func (r *ConsumerReconciler) remove(ctx context.Context, ns string) error {
 		if _, ok := o.(*appsv1.Deployment); ok {
 			c = r.Client
 			if err := c.Get(ctx, client.ObjectKeyFromObject(o), o); apierrors.IsNotFound(err) {
-				continue // nothing was made here (most namespaces)
+				// Nothing was made here (most namespaces), or a creation was cut short before
+				// its Deployment: its account says which.
+				err := r.Direct.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.ConsumerName}, &corev1.ServiceAccount{})
+				if apierrors.IsNotFound(err) {
+					return nil
+				}
+				continue
 			}
 		}
 		if err := c.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
@@ -231,8 +245,15 @@ func (r *ConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return toNamespace(ctx, o)
 	}
+	// Only rabbitmq triggers, and only their creation, deletion and spec changes (enabled): the
+	// consumer's status writes (every half second on a busy queue) change nothing here.
+	rabbitmqOnly := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		t, ok := o.(*slessv1.Trigger)
+		return ok && t.Spec.Type == apiv1.TriggerRabbitMQ
+	})
 	return ctrl.NewControllerManagedBy(mgr).Named("consumer").
-		Watches(&slessv1.Trigger{}, handler.EnqueueRequestsFromMapFunc(toNamespace)).
+		Watches(&slessv1.Trigger{}, handler.EnqueueRequestsFromMapFunc(toNamespace),
+			builder.WithPredicates(rabbitmqOnly, predicate.GenerationChangedPredicate{})).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(consumerOnly)).
 		Complete(r)
 }
