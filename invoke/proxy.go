@@ -43,6 +43,7 @@ type options struct {
 	fnDomain  string
 	maxHeld   int
 	registry  prometheus.Registerer
+	eventKey  []byte // WithEventKey
 	// asyncWake and asyncStatusURL: WithAsync.
 	asyncWake      func()
 	asyncStatusURL func(ns, name, id string) string
@@ -339,7 +340,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Event headers are the platform's event sources' (Events), never a public caller's: a
 	// handler may trust them.
 	var source, messageID string
-	events := r.Context().Value(eventsKey{}) != nil
+	events := p.trustsEvents(r)
 	if events {
 		source, messageID = r.Header.Get(apiv1.HeaderEventSource), r.Header.Get(apiv1.HeaderEventMessageID)
 	} else {

@@ -38,6 +38,11 @@ const (
 type Config struct {
 	// URL is the broker's amqp:// or amqps:// URL with its credentials (the trigger's secret).
 	URL string
+	// URLFunc, when set instead of URL, is asked for the URL before every connection (a secret
+	// read from a file the kubelet keeps current: a rotated URL is used at the next reconnect);
+	// its error, or a URL that does not parse, becomes the status's last error and is retried
+	// with the connection backoff.
+	URLFunc func() (string, error)
 	// Queue is consumed; declared durable unless Passive (then it must exist).
 	Queue   string
 	Passive bool
@@ -121,8 +126,10 @@ var ErrConfig = errors.New("rabbitmq: invalid configuration")
 // New checks cfg and returns its consumer; Run starts it. observe may be nil.
 func New(cfg Config, inv Invoker, observe func(Result)) (*Consumer, error) {
 	switch {
-	case cfg.URL == "":
+	case cfg.URL == "" && cfg.URLFunc == nil:
 		return nil, fmt.Errorf("%w: no broker URL", ErrConfig)
+	case cfg.URL != "" && cfg.URLFunc != nil:
+		return nil, fmt.Errorf("%w: both URL and URLFunc", ErrConfig)
 	case cfg.Queue == "":
 		return nil, fmt.Errorf("%w: no queue", ErrConfig)
 	case cfg.DeadLetter == "":
@@ -132,9 +139,10 @@ func New(cfg Config, inv Invoker, observe func(Result)) (*Consumer, error) {
 	case inv == nil:
 		return nil, fmt.Errorf("%w: no invoker", ErrConfig)
 	}
-	if _, err := amqp.ParseURI(cfg.URL); err != nil {
-		// The parser's error may quote the URL, credentials included: say only what is wrong.
-		return nil, fmt.Errorf("%w: the broker URL is not an amqp:// or amqps:// URL", ErrConfig)
+	if cfg.URLFunc == nil {
+		if err := checkURL(cfg.URL); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
 	}
 	if cfg.Prefetch <= 0 {
 		cfg.Prefetch = DefaultPrefetch
@@ -201,13 +209,22 @@ func (c *Consumer) Run(ctx context.Context) {
 // session is one connection: it declares, consumes and returns why it ended; connected says
 // whether it got as far as consuming.
 func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
-	conn, err := amqp.DialConfig(c.cfg.URL, amqp.Config{
+	brokerURL := c.cfg.URL
+	if c.cfg.URLFunc != nil {
+		if brokerURL, err = c.cfg.URLFunc(); err != nil {
+			return false, err
+		}
+		if err := checkURL(brokerURL); err != nil {
+			return false, err
+		}
+	}
+	conn, err := amqp.DialConfig(brokerURL, amqp.Config{
 		Dial:       c.dial(ctx),
 		Heartbeat:  10 * time.Second,
 		Properties: amqp.Table{"connection_name": c.cfg.Name, "product": "sless"},
 	})
 	if err != nil {
-		return false, fmt.Errorf("connecting to the broker: %w", redact(err, c.cfg.URL))
+		return false, fmt.Errorf("connecting to the broker: %w", redact(err, brokerURL))
 	}
 	defer conn.Close()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
@@ -345,6 +362,15 @@ func (c *Consumer) deadLetter(ctx context.Context, pub *amqp.Channel, d amqp.Del
 		return fmt.Errorf("dead-lettering to %q: %w", c.cfg.DeadLetter, err)
 	case !ok:
 		return fmt.Errorf("dead-lettering to %q: the broker refused it", c.cfg.DeadLetter)
+	}
+	return nil
+}
+
+// checkURL says what is wrong with a broker URL without quoting it (the parser's error may,
+// credentials included).
+func checkURL(u string) error {
+	if _, err := amqp.ParseURI(u); err != nil {
+		return errors.New("the broker URL is not an amqp:// or amqps:// URL")
 	}
 	return nil
 }

@@ -314,6 +314,35 @@ func TestConnectionErrors(t *testing.T) {
 			t.Errorf("the broker saw a connection of the refused consumer: %s", out)
 		}
 	})
+	// URLFunc is asked before every connection: its error is the status until a URL comes (a
+	// secret created later, or rotated), and a URL that does not parse is reported, not quoted.
+	t.Run("URL read at every connection", func(t *testing.T) {
+		var mu sync.Mutex
+		current, missing := "", errors.New(`secret "mq" has no key "url"`)
+		inv := newRecorder(ok200)
+		c := start(t, rabbitmq.Config{Queue: "q4", DeadLetter: "q4.dlq", Policy: fast, URLFunc: func() (string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if current == "" {
+				return "", missing
+			}
+			return current, nil
+		}}, inv)
+		waitStatus(t, c, "the missing secret reported", time.Minute, func(s rabbitmq.Status) bool { return s.LastError == missing.Error() && !s.Connected })
+		mu.Lock()
+		current = "http://u:topsecret@h/"
+		mu.Unlock()
+		s := waitStatus(t, c, "the bad URL reported", time.Minute, func(s rabbitmq.Status) bool { return strings.Contains(s.LastError, "not an amqp") })
+		if strings.Contains(s.LastError, "topsecret") {
+			t.Errorf("the URL is in the status: %q", s.LastError)
+		}
+		mu.Lock()
+		current = mq.URL()
+		mu.Unlock()
+		waitStatus(t, c, "connected", time.Minute, func(s rabbitmq.Status) bool { return s.Connected && s.LastError == "" })
+		publish(t, mq, "q4", "y")
+		inv.waitFor(t, "y answered", time.Minute, func() bool { return inv.ok["y"] == 1 })
+	})
 	t.Run("wrong password", func(t *testing.T) {
 		u, err := url.Parse(mq.URL())
 		if err != nil {
@@ -338,6 +367,7 @@ func TestNewRefuses(t *testing.T) {
 		{URL: "amqp://u:p@h/", Queue: "q"},
 		{URL: "amqp://u:p@h/", Queue: "q", DeadLetter: "q"},
 		{URL: "http://u:topsecret@h/", Queue: "q", DeadLetter: "d"},
+		{URL: "amqp://u:p@h/", URLFunc: func() (string, error) { return "", nil }, Queue: "q", DeadLetter: "d"},
 	} {
 		_, err := rabbitmq.New(c, inv, nil)
 		if !errors.Is(err, rabbitmq.ErrConfig) || strings.Contains(err.Error(), "topsecret") {

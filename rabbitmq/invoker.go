@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -45,6 +47,11 @@ func (f FunctionInvoker) Invoke(ctx context.Context, m Message) delivery.Outcome
 	}
 	resp, err := f.Client.Do(req)
 	if err != nil {
+		if opErr, ok := errors.AsType[*net.OpError](err); ok && opErr.Op == "dial" && ctx.Err() == nil {
+			// /fn/ itself is out of reach (an API rollout, its Service without endpoints): nothing
+			// was sent, so it is back-pressure like /fn/'s 503, not an attempt of the function's.
+			return delivery.Outcome{Status: http.StatusServiceUnavailable, Err: err}
+		}
 		return delivery.Outcome{Err: err}
 	}
 	resp.Body.Close()

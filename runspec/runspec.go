@@ -52,6 +52,9 @@ const (
 	RoleJob      Role = "job"      // one run of a job
 	RoleCron     Role = "cron"     // one run of a cron trigger
 	RoleDeps     Role = "deps"     // a dependency install
+	// RoleConsumer is a namespace's rabbitmq consumer (Kubernetes): platform code, not the
+	// tenant's, under the namespace's egress rules.
+	RoleConsumer Role = "consumer"
 )
 
 // Labels of a function's instances and runs in role r.

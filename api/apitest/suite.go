@@ -23,6 +23,7 @@ func Run(t *testing.T, b Backend) {
 		{"ProxyStreams", testProxyStreams},
 		{"ProxyConfinesResponses", testProxyConfinesResponses},
 		{"ProxyEventHeaders", testProxyEventHeaders},
+		{"ProxyEventToken", testProxyEventToken},
 		{"RabbitMQTriggerSpec", testRabbitMQTriggerSpec},
 		{"AsyncInvocation", testAsyncInvocation},
 		{"AsyncNeedsAQueue", testAsyncNeedsAQueue},

@@ -72,7 +72,9 @@ func (c *config) apiServer(ctx context.Context, mgr ctrl.Manager, code codestore
 		// async.enabled (an in-memory queue would lose what it answered 202 to).
 		backend.Async = history.AsyncQueue()
 	}
-	srv, err := api.New(backend, c.api.ServerOptions(api.WithVerifier(verifier), api.WithLogger(logger), api.WithReadiness(cachesSynced(mgr, servingKinds...)))...)
+	// Namespaces' rabbitmq consumers send their events with their namespace's token.
+	srv, err := api.New(backend, c.api.ServerOptions(api.WithVerifier(verifier), api.WithLogger(logger), api.WithReadiness(cachesSynced(mgr, servingKinds...)),
+		api.WithEventKey(c.eventKey))...)
 	if err != nil {
 		return nil, err
 	}

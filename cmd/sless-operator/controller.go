@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -66,6 +67,14 @@ func (c *config) setupControllerRole(ctx context.Context, mgr ctrl.Manager, code
 		}
 		cfg.Deps = &controllers.DepsConfig{Store: store, Repo: c.registry + "/sless/deps", OperatorImage: c.operatorImage, Insecure: c.insecure,
 			PushCredential: creds.depsPush, Proxy: c.proxyURL()}
+	}
+	// Each namespace's rabbitmq triggers run in a consumer pod of the operator image, with a
+	// token for that namespace's functions.
+	if c.operatorImage != "" && len(c.eventKey) > 0 {
+		cfg.Consumer = &controllers.ConsumerConfig{Key: c.eventKey, ConsumerConfig: resources.ConsumerConfig{Image: c.operatorImage, OperatorNamespace: c.operatorNS,
+			APIURL: cmp.Or(c.consumerAPIURL, "http://sless-api."+c.operatorNS+".svc"), APIPort: c.consumerAPIPort}}
+	} else {
+		logger.Warn("rabbitmq triggers do not run: they need --operator-image and --event-key-file")
 	}
 	if c.autoscaleOn {
 		cfg.Autoscale = &controllers.AutoscaleConfig{Decider: c.autoscale.DeciderOptions(), LoadsService: c.loadsService,

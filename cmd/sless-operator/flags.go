@@ -26,6 +26,9 @@ const (
 	roleAll        = "all"
 	roleAPI        = "api"
 	roleController = "controller"
+	// roleConsumer is one tenant namespace's rabbitmq consumer, in that namespace (the
+	// controller makes its Deployment): none of the other flags apply.
+	roleConsumer = "consumer"
 )
 
 // config is what the flags say: the groups both servers share (package options), then the
@@ -62,6 +65,18 @@ type config struct {
 	// and the shared egress flags say.
 	clusterCIDRs, egressDeny []string
 	tenantEgress             resources.TenantEgress
+	// eventKey is --event-key-file's key (the API checks consumers' tokens with it, the
+	// controller derives them); consumerAPIURL and consumerAPIPort are where consumers reach /fn/.
+	eventKeyFile, consumerAPIURL string
+	consumerAPIPort              int32
+	eventKey                     []byte
+	// The consumer role's own: its namespace, the API's URL, the mounted secrets and token.
+	consumer consumerFlags
+}
+
+// consumerFlags are --role=consumer's.
+type consumerFlags struct {
+	namespace, apiURL, secretsDir, tokenFile string
 }
 
 // addFlags declares every flag of sless-operator on fs.
@@ -74,7 +89,14 @@ func (c *config) addFlags(fs *pflag.FlagSet) {
 	c.quota.AddFlags(fs)
 	c.egressOpt.AddFlags(fs)
 
-	fs.StringVar(&c.role, "role", roleAll, "what this process runs: "+roleAPI+" (the REST API and /fn/: stateless, as many replicas as you like), "+roleController+" (the reconcilers, the autoscaler and the index proxy, active on the leader of the Lease only; --listen then serves /healthz and /readyz only) or "+roleAll+" (both in one process)")
+	fs.StringVar(&c.role, "role", roleAll, "what this process runs: "+roleAPI+" (the REST API and /fn/: stateless, as many replicas as you like), "+roleController+" (the reconcilers, the autoscaler and the index proxy, active on the leader of the Lease only; --listen then serves /healthz and /readyz only), "+roleAll+" (both in one process) or "+roleConsumer+" (one tenant namespace's rabbitmq triggers, in that namespace: the controller runs it, with --namespace, --api-url, --consumer-secrets-dir and --event-token-file)")
+	fs.StringVar(&c.eventKeyFile, "event-key-file", "", "the install's event key (Secret sless-event-key, ≥ 32 random bytes): the API trusts X-Sless-Event-* headers from a namespace's rabbitmq consumer holding HMAC(key, namespace), and the controller gives each consumer that token; without it rabbitmq triggers do not run")
+	fs.StringVar(&c.consumerAPIURL, "consumer-api-url", "", "the API's internal Service URL rabbitmq consumers send to /fn/ through (default http://sless-api.<operator-namespace>.svc)")
+	fs.Int32Var(&c.consumerAPIPort, "consumer-api-port", 8080, "the port of the API's pods (label app.kubernetes.io/name=sless-api) behind --consumer-api-url, which consumers' NetworkPolicy lets them reach")
+	fs.StringVar(&c.consumer.namespace, "namespace", "", "--role=consumer: the tenant namespace whose rabbitmq triggers it runs")
+	fs.StringVar(&c.consumer.apiURL, "api-url", "", "--role=consumer: the API's internal URL (/fn/)")
+	fs.StringVar(&c.consumer.secretsDir, "consumer-secrets-dir", "", "--role=consumer: the tenant secrets its triggers name, as DIR/<secret>/<key>")
+	fs.StringVar(&c.consumer.tokenFile, "event-token-file", "", "--role=consumer: the namespace's event token")
 	// The URL carries a password: from the environment (a Secret), never from argv.
 	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL (≥ 14) keeping the invocation history of /fn/, shared by every API replica (default: $DATABASE_URL; the schema is migrated at start); empty: each replica keeps the last 1,000 per function in memory")
 	fs.DurationVar(&c.retention, "invocation-retention", 7*24*time.Hour, "invocation records older than this are deleted (with --database-url)")
@@ -114,6 +136,21 @@ func (c *config) addFlags(fs *pflag.FlagSet) {
 // complete reads what the environment gives (credentials stay out of argv and of usage
 // messages) and checks the flags together.
 func (c *config) complete() error {
+	if c.role == roleConsumer {
+		if c.consumer.namespace == "" || c.consumer.apiURL == "" || c.consumer.secretsDir == "" || c.consumer.tokenFile == "" {
+			return errors.New("--role=consumer needs --namespace, --api-url, --consumer-secrets-dir and --event-token-file")
+		}
+		return nil
+	}
+	if c.eventKeyFile != "" {
+		b, err := os.ReadFile(c.eventKeyFile)
+		if err != nil {
+			return fmt.Errorf("--event-key-file: %w", err)
+		}
+		if c.eventKey = []byte(strings.TrimSpace(string(b))); len(c.eventKey) < 32 {
+			return fmt.Errorf("--event-key-file %s: want at least 32 bytes of key, found %d", c.eventKeyFile, len(c.eventKey))
+		}
+	}
 	c.indexes.ReadEnvironment()
 	c.databaseURL = cmp.Or(c.databaseURL, os.Getenv("DATABASE_URL"))
 	c.api.PublicURL = cmp.Or(c.api.PublicURL, options.OperatorPublicURL)
@@ -128,7 +165,7 @@ func (c *config) complete() error {
 		return err
 	}
 	if c.role != roleAll && c.role != roleAPI && c.role != roleController {
-		return fmt.Errorf("--role %q: want %s, %s or %s", c.role, roleAPI, roleController, roleAll)
+		return fmt.Errorf("--role %q: want %s, %s, %s or %s", c.role, roleAPI, roleController, roleAll, roleConsumer)
 	}
 	if c.registry == "" || len(c.runtimes) == 0 {
 		return errors.New("--registry and at least one --runtime are required")

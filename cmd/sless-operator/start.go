@@ -16,6 +16,9 @@ import (
 // start runs what cfg.role says until ctx ends: the controllers (on the leader), the API and
 // /fn/, or both; the manager's informers run until the HTTP servers have drained.
 func start(ctx context.Context, cfg *config) error {
+	if cfg.role == roleConsumer {
+		return runConsumer(ctx, cfg)
+	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("role", cfg.role)
 	// The controllers' and the Scaler's own lines go to the same log.
 	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))

@@ -63,6 +63,10 @@ ENDPOINT="http://$K1N_NODE_IP:$NODEPORT"
 log "secrets and the install overlay"
 kc create namespace sless-system --dry-run=client -o yaml | kc_apply -f - >/dev/null
 kc -n sless-system create secret generic sless-jwt --from-file=public.pem="$SLESS_JWT_PUBLIC_KEY" --dry-run=client -o yaml | kc_apply -f - >/dev/null
+# The event key: the API trusts X-Sless-Event-* headers from a namespace's rabbitmq consumer
+# holding HMAC(key, namespace), which the controller gives each consumer. Kept across installs.
+[ -s "$K1N/event-key" ] || (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$K1N/event-key")
+kc -n sless-system create secret generic sless-event-key --from-file=key="$K1N/event-key" --dry-run=client -o yaml | kc_apply -f - >/dev/null
 # From a file, not the command line, where ps would show the secret.
 s3env=$(mktemp); trap 'rm -f "$s3env"' EXIT; chmod 600 "$s3env"
 printf 'AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n' "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" > "$s3env"

@@ -48,6 +48,7 @@ var allowed = map[string][]string{
 	"operator/resources":      {"api/apiv1", "operator/api/v1alpha1", "runspec"},
 	"operator/controllers":    {"activator", "api/apiv1", "autoscale", "build", "codestore", "deps", "fnlog", "lifecycle", "operator/api/v1alpha1", "operator/resources", "runspec"},
 	"operator/kubestore":      {"activator", "api/apiv1", "codestore", "fnlog", "lifecycle", "objects", "operator/api/v1alpha1", "operator/resources", "runspec"},
+	"operator/consumer":       {"api/apiv1", "delivery", "operator/api/v1alpha1", "rabbitmq"}, // a namespace's rabbitmq consumer pod
 	"operator/config":         {},
 	"local/state":             {"api/apiv1", "lifecycle", "objects"},
 	"local/podman":            {},

@@ -40,6 +40,10 @@ const NodeIP = "10.88.0.1"
 // stand-in, which no other namespace reaches.
 const EgressAllowedSubject = "egress-allowed@e2e.test"
 
+// BrokerSubject is the tenant whose namespace the install lets reach Env.Broker (and no other
+// namespace does): where a test's message broker is reached from pods.
+const BrokerSubject = "rabbitmq@e2e.test"
+
 // Env is a running cluster with sless installed.
 type Env struct {
 	Dir      string // the cluster's state directory ($K1N)
@@ -67,9 +71,13 @@ type Env struct {
 	// EgressAllowed is a server on the node address (port picked at run time) that the install
 	// lets EgressAllowedSubject's namespace reach, and only it: it answers 200 to anything.
 	EgressAllowed net.Listener
-	key           *rsa.PrivateKey
-	log           io.Writer
-	closers       []func()
+	// Broker is a listener on the node address (port picked at run time) that only
+	// BrokerSubject's namespace may reach: a test forwards what it accepts to its own broker
+	// (which listens on 127.0.0.1, out of pods' reach).
+	Broker  net.Listener
+	key     *rsa.PrivateKey
+	log     io.Writer
+	closers []func()
 }
 
 // MissingError is a component the environment cannot run without.
@@ -186,7 +194,12 @@ func Start(log io.Writer) (_ *Env, err error) {
 	}
 	e.closers = append(e.closers, func() { e.EgressAllowed.Close() })
 	go http.Serve(e.EgressAllowed, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "allowed\n") }))
-	allowed := apiv1.NamespaceFor(EgressAllowedSubject) + "=" + NodeIP + "/32:" + fmt.Sprint(e.EgressAllowed.Addr().(*net.TCPAddr).Port)
+	if e.Broker, err = net.Listen("tcp", net.JoinHostPort(NodeIP, "0")); err != nil {
+		return nil, &MissingError{"a listener on the bridge address", err}
+	}
+	e.closers = append(e.closers, func() { e.Broker.Close() })
+	allowed := apiv1.NamespaceFor(EgressAllowedSubject) + "=" + NodeIP + "/32:" + fmt.Sprint(e.EgressAllowed.Addr().(*net.TCPAddr).Port) +
+		"," + apiv1.NamespaceFor(BrokerSubject) + "=" + NodeIP + "/32:" + fmt.Sprint(e.Broker.Addr().(*net.TCPAddr).Port)
 	e.key, _ = rsa.GenerateKey(rand.Reader, 2048)
 	der, _ := x509.MarshalPKIXPublicKey(&e.key.PublicKey)
 	pub := filepath.Join(tmp, "jwt.pem")

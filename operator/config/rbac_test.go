@@ -2,11 +2,13 @@ package config_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -69,12 +71,19 @@ func TestRolesReadNoSecrets(t *testing.T) {
 		for g := range grants(readRole(t, f)) {
 			verb, res, _ := strings.Cut(g, " ")
 			// The API also deletes a tenant's secret (admission holds it to sless-secret-*): still no read.
-			deletes := verb == "delete" && f == "rbac/api_role.yaml"
+			// The controller deletes a namespace's consumer's token with the consumer.
+			deletes := verb == "delete"
 			if (res == "secrets" || strings.HasSuffix(res, "*")) && verb != "create" && verb != "update" && !deletes {
 				t.Errorf("%s grants %s", f, g)
 			}
 		}
 	}
+}
+
+// consumerDeployment is a namespace's rabbitmq consumer for a trigger on the tenant secret "api-key".
+func consumerDeployment(ns string) *appsv1.Deployment {
+	return resources.MakeConsumerDeployment(ns, []slessv1.Trigger{{Spec: slessv1.TriggerSpec{Type: "rabbitmq",
+		RabbitMQ: &slessv1.RabbitMQTrigger{URLSecret: "api-key/k", Queue: "q"}}}}, resources.ConsumerConfig{Image: "op", APIURL: "http://api", PolicyGate: "op"})
 }
 
 // Pod logs are read, nothing more: no exec, attach, port-forward or proxy into tenant pods.
@@ -100,7 +109,9 @@ func TestRolesReadPodLogsOnly(t *testing.T) {
 }
 
 // The public API's account makes no workload, patches no pod, writes no ConfigMap, reads no
-// Secret, and cannot touch RBAC or admission: what it may write is the tenant-facing objects.
+// Secret, and cannot touch RBAC or admission: what it may write is the tenant-facing objects. The
+// controller touches RBAC only for namespaces' rabbitmq consumers (Roles and RoleBindings in a
+// namespace, ServiceAccounts).
 func TestAPIRoleIsNarrow(t *testing.T) {
 	g := grants(readRole(t, "rbac/api_role.yaml"))
 	for _, bad := range []string{"create batch/jobs", "create batch/cronjobs", "create apps/deployments", "patch pods", "update pods",
@@ -117,7 +128,13 @@ func TestAPIRoleIsNarrow(t *testing.T) {
 	}
 	for _, f := range []string{"rbac/api_role.yaml", "rbac/controller_role.yaml"} {
 		for g := range grants(readRole(t, f)) {
-			if strings.Contains(g, "rbac.authorization.k8s.io") || strings.Contains(g, "admissionregistration") || strings.Contains(g, "serviceaccounts") {
+			verb, res, _ := strings.Cut(g, " ")
+			// The controller makes each namespace's rabbitmq consumer its account, Role and
+			// RoleBinding (admission holds them to sless.consumer and the consumer's rules:
+			// TestAccountsAreBounded); never a cluster-wide one, never escalate, bind or impersonate.
+			consumer := f == "rbac/controller_role.yaml" && (res == "rbac.authorization.k8s.io/roles" || res == "rbac.authorization.k8s.io/rolebindings" ||
+				res == "serviceaccounts") && (verb == "get" || verb == "create" || verb == "update" || verb == "delete")
+			if (strings.Contains(g, "rbac.authorization.k8s.io") || strings.Contains(g, "admissionregistration") || strings.Contains(g, "serviceaccounts")) && !consumer {
 				t.Errorf("%s grants %s", f, g)
 			}
 		}
@@ -152,6 +169,8 @@ func TestAccountsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustCreate(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-password", Namespace: tenant}, StringData: map[string]string{"p": "x"}})
+	// The consumer's Role exists, so that a binding to it is refused by admission, not for want of it.
+	mustCreate(resources.MakeConsumerRole(tenant))
 	mustCreate(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "sless-operator", Namespace: "sless-system"}, Data: map[string]string{"OPERATOR_IMAGE": "ours"}})
 	mustCreate(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "f-1", Namespace: tenant, Labels: resources.Labels("f", runspec.RoleFunction)},
 		Spec: corev1.PodSpec{NodeName: "nowhere", Containers: []corev1.Container{{Name: "function", Image: "fn"}}}})
@@ -219,6 +238,54 @@ func TestAccountsAreBounded(t *testing.T) {
 		}},
 		{"a Secret deleted that is not a tenant's own", func(ctx context.Context, c client.Client) error {
 			return c.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-password", Namespace: tenant}})
+		}},
+		// A rabbitmq consumer's account, role and pod: nothing wider than resources.MakeConsumer….
+		{"a Role of the consumer's name reading Secrets", func(ctx context.Context, c client.Client) error {
+			r := resources.MakeConsumerRole(tenant)
+			r.Rules = append(r.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}})
+			return c.Create(ctx, r)
+		}},
+		{"a Role of another name", func(ctx context.Context, c client.Client) error {
+			r := resources.MakeConsumerRole(tenant)
+			r.Name = "reader"
+			return c.Create(ctx, r)
+		}},
+		{"the consumer's RoleBinding to another Role", func(ctx context.Context, c client.Client) error {
+			rb := resources.MakeConsumerRoleBinding(tenant)
+			rb.RoleRef.Kind, rb.RoleRef.Name = "ClusterRole", "sless-controller"
+			return c.Create(ctx, rb)
+		}},
+		{"the consumer's RoleBinding to the default account", func(ctx context.Context, c client.Client) error {
+			rb := resources.MakeConsumerRoleBinding(tenant)
+			rb.Subjects[0].Name = "default"
+			return c.Create(ctx, rb)
+		}},
+		{"a ServiceAccount of another name", func(ctx context.Context, c client.Client) error {
+			sa := resources.MakeConsumerServiceAccount(tenant)
+			sa.Name = "admin"
+			return c.Create(ctx, sa)
+		}},
+		{"a consumer Deployment mounting another Secret", func(ctx context.Context, c client.Client) error {
+			d := consumerDeployment(tenant)
+			d.Spec.Template.Spec.Volumes[0].Secret.SecretName = "db-password"
+			return c.Create(ctx, d)
+		}},
+		{"a consumer Deployment projecting another Secret", func(ctx context.Context, c client.Client) error {
+			d := consumerDeployment(tenant)
+			for _, v := range d.Spec.Template.Spec.Volumes {
+				if v.Projected != nil {
+					v.Projected.Sources[0].Secret.Name = "db-password"
+				}
+			}
+			return c.Create(ctx, d)
+		}},
+		{"a function Deployment with the consumer's account", func(ctx context.Context, c client.Client) error {
+			fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "g", UID: "u9"}, Spec: slessv1.FunctionSpec{Runtime: "python3.11", MemoryMB: 128, TimeoutSec: 5}}
+			d := resources.MakeDeployment(fn, "r/f@sha256:1", 1)
+			d.OwnerReferences = nil
+			yes := true
+			d.Spec.Template.Spec.ServiceAccountName, d.Spec.Template.Spec.AutomountServiceAccountToken = resources.ConsumerName, &yes
+			return c.Create(ctx, d)
 		}},
 		{"a tenant Secret overwritten with an unlabelled one", func(ctx context.Context, c client.Client) error {
 			return c.Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-password", Namespace: tenant}, StringData: map[string]string{"p": "evil"}})
@@ -312,12 +379,68 @@ func TestAccountsAreBounded(t *testing.T) {
 			return c.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "f-1", Namespace: tenant}},
 				client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"controller.kubernetes.io/pod-deletion-cost":"-1"}}}`)))
 		}},
+		{"sless-system/" + controllerAccount, "a namespace's rabbitmq consumer", func(ctx context.Context, c client.Client) error {
+			var role rbacv1.Role
+			if err := c.Get(ctx, client.ObjectKey{Namespace: tenant, Name: resources.ConsumerName}, &role); err != nil {
+				return err
+			}
+			role.Rules = resources.ConsumerRules()
+			if err := c.Update(ctx, &role); err != nil {
+				return err
+			}
+			for _, o := range []client.Object{resources.MakeConsumerServiceAccount(tenant), resources.MakeConsumerRoleBinding(tenant),
+				resources.MakeConsumerNetworkPolicy(tenant, resources.ConsumerConfig{OperatorNamespace: "sless-system", APIPort: 8080}),
+				resources.MakeConsumerSecret(tenant, "token"), consumerDeployment(tenant)} {
+				if err := c.Create(ctx, o); err != nil {
+					return fmt.Errorf("%T: %w", o, err)
+				}
+			}
+			return c.Update(ctx, resources.MakeConsumerSecret(tenant, "rotated"))
+		}},
 		{"sless-system/" + controllerAccount, "its dependency pins", func(ctx context.Context, c client.Client) error {
 			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "sless-deps-pins", Namespace: "sless-system"}})
 		}},
 	} {
 		if err := a.do(ctx, clients[a.who]); err != nil {
 			t.Errorf("%s: %s: %v", a.who, a.name, err)
+		}
+	}
+
+	// The consumer's own account reads its namespace's Triggers and writes their status: no
+	// Secret, no spec, no other namespace.
+	mustCreate(&slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: tenant}, Spec: slessv1.TriggerSpec{Type: "rabbitmq", FunctionRef: "f",
+		RabbitMQ: &slessv1.RabbitMQTrigger{URLSecret: "api-key/k", Queue: "q"}}})
+	consumer, err := client.New(env.ServiceAccount(t, tenant, resources.ConsumerName), client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trs slessv1.TriggerList
+	if err := consumer.List(ctx, &trs, client.InNamespace(tenant)); err != nil || len(trs.Items) != 1 {
+		t.Errorf("the consumer lists its Triggers: %v %v", trs.Items, err)
+	}
+	if err := consumer.Status().Patch(ctx, &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: tenant}},
+		client.RawPatch(types.MergePatchType, []byte(`{"status":{"connected":true,"deliveredTotal":3}}`))); err != nil {
+		t.Errorf("the consumer writes a Trigger's status: %v", err)
+	}
+	for _, a := range []struct {
+		name string
+		do   func() error
+	}{
+		{"reads a Secret", func() error {
+			return consumer.Get(ctx, client.ObjectKey{Namespace: tenant, Name: "db-password"}, &corev1.Secret{})
+		}},
+		{"lists Triggers of another namespace", func() error { return consumer.List(ctx, &slessv1.TriggerList{}, client.InNamespace("kube-victim")) }},
+		{"changes a Trigger's spec", func() error {
+			return consumer.Patch(ctx, &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: tenant}},
+				client.RawPatch(types.MergePatchType, []byte(`{"spec":{"enabled":false}}`)))
+		}},
+		{"reads a Function", func() error {
+			return consumer.Get(ctx, client.ObjectKey{Namespace: tenant, Name: "f"}, &slessv1.Function{})
+		}},
+		{"creates a pod", func() error { return consumer.Create(ctx, kubetest.VictimJob(tenant, "db-password", nil)) }},
+	} {
+		if err := a.do(); !kubetest.Refused(err) {
+			t.Errorf("the consumer's account %s: %v, want Forbidden", a.name, err)
 		}
 	}
 

@@ -45,6 +45,9 @@ type Config struct {
 	// Tenant is what every tenant namespace gets (the TenantReconciler; its OperatorNamespace is
 	// set from OperatorNamespace when empty).
 	Tenant resources.TenantConfig
+	// Consumer runs each namespace's rabbitmq triggers in a consumer Deployment of its own
+	// (ConsumerReconciler). Nil: rabbitmq triggers report that this install runs none.
+	Consumer *ConsumerConfig
 	// Autoscale, when set, runs the Scaler: the replicas of running functions follow their load.
 	// Nil: one instance per function (none while its http triggers are off).
 	Autoscale *AutoscaleConfig
@@ -131,6 +134,15 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Scaler, error) {
 	}
 	if err := (&TriggerReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), PublicURL: cfg.PublicURL, Recorder: recorder,
 		PolicyGate: cfg.PolicyGate}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	consumers := &ConsumerReconciler{}
+	if cfg.Consumer != nil {
+		consumers.Config = *cfg.Consumer
+		consumers.Config.OperatorNamespace = cmp.Or(consumers.Config.OperatorNamespace, cfg.OperatorNamespace)
+		consumers.Config.PolicyGate = cmp.Or(consumers.Config.PolicyGate, cfg.PolicyGate)
+	}
+	if err := consumers.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	tenant := cfg.Tenant

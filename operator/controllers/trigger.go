@@ -25,7 +25,8 @@ import (
 	"github.com/sless-dev/sless/runspec"
 )
 
-// TriggerReconciler gives http triggers their URL and runs cron triggers as CronJobs. Replicas are
+// TriggerReconciler gives http triggers their URL and runs cron triggers as CronJobs (rabbitmq
+// triggers run in their namespace's consumer: ConsumerReconciler). Replicas are
 // the Function reconciler's alone (it watches Triggers), so two controllers never fight over them.
 type TriggerReconciler struct {
 	client.Client
@@ -53,9 +54,12 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	wire := apiv1.Trigger{Name: tr.Name, Type: tr.Spec.Type, FunctionRef: tr.Spec.FunctionRef, Schedule: tr.Spec.Schedule, Enabled: tr.Spec.Enabled}
 	tr.Status.ObservedGeneration = tr.Generation
 	tr.Status.Active = lifecycle.TriggerActive(wire, true)
-	if tr.Spec.Type == apiv1.TriggerHTTP {
+	switch tr.Spec.Type {
+	case apiv1.TriggerHTTP:
 		tr.Status.URL = runspec.FunctionURL(r.PublicURL, tr.Namespace, tr.Spec.FunctionRef)
-	} else {
+	case apiv1.TriggerRabbitMQ:
+		// The namespace's consumer (ConsumerReconciler) runs it and writes the rest of its status.
+	default:
 		var fn slessv1.Function
 		err := r.Get(ctx, client.ObjectKey{Namespace: tr.Namespace, Name: tr.Spec.FunctionRef}, &fn)
 		switch {

@@ -58,6 +58,8 @@ func New(c client.Client, opts ...Option) (objects.Backend, error) {
 		Logs:        o.logs,
 		Scaler:      o.scaler,
 		Egress:      &egress{c: c, tenant: o.tenant},
+		// rabbitmq triggers run in each namespace's consumer Deployment (the ConsumerReconciler).
+		TriggerTypes: []apiv1.TriggerType{apiv1.TriggerHTTP, apiv1.TriggerCron, apiv1.TriggerRabbitMQ},
 	}
 	if o.runtimeImages != nil {
 		b.RuntimeImages = o.runtimeImages

@@ -1,6 +1,7 @@
 package kubestore
 
 import (
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,14 +22,43 @@ func triggers(c client.Client) *crd[objects.TriggerSpec, apiv1.TriggerStatus, *s
 		name:     func(s objects.TriggerSpec) string { return s.Name },
 		toObject: toTrigger,
 		setSpec: func(in objects.TriggerSpec, t *slessv1.Trigger) {
-			t.Spec = slessv1.TriggerSpec{Type: in.Type, FunctionRef: in.FunctionRef, Schedule: in.Schedule, Enabled: in.Enabled}
+			t.Spec = slessv1.TriggerSpec{Type: in.Type, FunctionRef: in.FunctionRef, Schedule: in.Schedule, Enabled: in.Enabled,
+				RabbitMQ: toRabbitMQ(in.RabbitMQ)}
 		},
 	}
 }
 
+// toRabbitMQ is the CRD's form of a rabbitmq block, FromRabbitMQ the wire's.
+func toRabbitMQ(in *apiv1.RabbitMQTrigger) *slessv1.RabbitMQTrigger {
+	if in == nil {
+		return nil
+	}
+	out := &slessv1.RabbitMQTrigger{URLSecret: in.URLSecret, Queue: in.Queue, Passive: in.Passive, Prefetch: in.Prefetch,
+		RetryBackoffMS: in.RetryBackoffMS, DeadLetter: in.DeadLetter}
+	if in.MaxRetries != nil {
+		out.MaxRetries = ptr.To(*in.MaxRetries)
+	}
+	return out
+}
+
+// FromRabbitMQ is the wire form of a Trigger's rabbitmq block (nil for none).
+func FromRabbitMQ(in *slessv1.RabbitMQTrigger) *apiv1.RabbitMQTrigger {
+	if in == nil {
+		return nil
+	}
+	out := &apiv1.RabbitMQTrigger{URLSecret: in.URLSecret, Queue: in.Queue, Passive: in.Passive, Prefetch: in.Prefetch,
+		RetryBackoffMS: in.RetryBackoffMS, DeadLetter: in.DeadLetter}
+	if in.MaxRetries != nil {
+		out.MaxRetries = ptr.To(*in.MaxRetries)
+	}
+	return out
+}
+
 func toTrigger(t *slessv1.Trigger) objects.Trigger {
-	out := objects.Trigger{Spec: objects.TriggerSpec{Name: t.Name, Type: t.Spec.Type, FunctionRef: t.Spec.FunctionRef, Schedule: t.Spec.Schedule, Enabled: t.Spec.Enabled},
-		Status:     apiv1.TriggerStatus{Active: t.Status.Active, URL: t.Status.URL},
+	out := objects.Trigger{Spec: objects.TriggerSpec{Name: t.Name, Type: t.Spec.Type, FunctionRef: t.Spec.FunctionRef, Schedule: t.Spec.Schedule, Enabled: t.Spec.Enabled,
+		RabbitMQ: FromRabbitMQ(t.Spec.RabbitMQ)},
+		Status: apiv1.TriggerStatus{Active: t.Status.Active, URL: t.Status.URL, Connected: t.Status.Connected, LastError: t.Status.LastError,
+			InFlight: t.Status.InFlight, DeliveredTotal: t.Status.DeliveredTotal, DeadLetteredTotal: t.Status.DeadLetteredTotal},
 		Generation: t.Generation, ObservedGeneration: t.Status.ObservedGeneration}
 	if t.Status.LastScheduleTime != nil {
 		ts := t.Status.LastScheduleTime.Time

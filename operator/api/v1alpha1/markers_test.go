@@ -71,7 +71,11 @@ func TestMarkersAgreeWithAPIv1(t *testing.T) {
 		json.Unmarshal(e.Raw, &s)
 		types = append(types, s)
 	}
-	check("triggers spec.type enum", types, []apiv1.TriggerType{apiv1.TriggerHTTP, apiv1.TriggerCron})
+	check("triggers spec.type enum", types, []apiv1.TriggerType{apiv1.TriggerHTTP, apiv1.TriggerCron, apiv1.TriggerRabbitMQ})
+	mq := tr.Properties["rabbitmq"]
+	check("triggers spec.rabbitmq.prefetch maximum", mq.Properties["prefetch"].Maximum, apiv1.MaxPrefetch)
+	check("triggers spec.rabbitmq.maxRetries maximum", mq.Properties["maxRetries"].Maximum, apiv1.MaxMaxRetries)
+	check("triggers spec.rabbitmq.retryBackoffMS maximum", mq.Properties["retryBackoffMS"].Maximum, apiv1.MaxRetryBackoffMS)
 
 	job := specOf(t, "sless.dev_functionjobs.yaml")
 	check("functionjobs spec.functionRef pattern", job.Properties["functionRef"].Pattern, apiv1.NamePattern)
