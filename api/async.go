@@ -35,13 +35,8 @@ func (s *Server) newDispatcher() *async.Dispatcher {
 	if s.b.Async == nil {
 		return nil
 	}
-	m := s.o.deliveries
-	if m == nil {
-		m = delivery.NewMetrics()
-		s.metrics.reg.MustRegister(m.Collectors()...)
-	}
 	s.metrics.reg.MustRegister(async.NewCollector(s.b.Async))
-	return &async.Dispatcher{Queue: s.b.Async, Functions: s.b.Functions, Handler: s.eventFn, Events: s.warnings, Metrics: m, Logger: s.o.logger}
+	return &async.Dispatcher{Queue: s.b.Async, Functions: s.b.Functions, Handler: s.eventFn, Events: s.warnings, Metrics: s.deliveries, Logger: s.o.logger}
 }
 
 // wakeAsync tells the dispatcher of a new or redriven event.

@@ -49,6 +49,7 @@ type options struct {
 	uploadBurst int
 	runtimes    apiv1.RuntimePolicy
 	deliveries  *delivery.Metrics
+	eventKey    []byte
 	// invoke configures /fn/ (package invoke).
 	invoke []invoke.Option
 }
@@ -138,6 +139,8 @@ type Server struct {
 	fn      *invoke.Proxy // /fn/
 	// dispatcher delivers asynchronous invocations (RunAsync); nil without a queue.
 	dispatcher *async.Dispatcher
+	// deliveries counts what becomes of events (sless_deliveries_total).
+	deliveries *delivery.Metrics
 	metrics    *metrics
 	uploads    *tenantLimits
 	// warnings records the warnings of function writes (a deprecated runtime) in the functions'
@@ -186,6 +189,11 @@ func New(b objects.Backend, opts ...Option) (*Server, error) {
 	// /fn/ is the hot path: it skips the router's regexp matching of every /v1 route.
 	fn := s.requestID(s.recoverPanics(s.observe(fnRoute, s.fn)))
 	s.eventFn = s.requestID(s.recoverPanics(s.observe(fnRoute, s.fn.Events())))
+	s.deliveries = o.deliveries
+	if s.deliveries == nil {
+		s.deliveries = delivery.NewMetrics()
+		s.metrics.reg.MustRegister(s.deliveries.Collectors()...)
+	}
 	s.dispatcher = s.newDispatcher()
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.draining.Load() {
@@ -250,6 +258,8 @@ func (s *Server) routes() *mux.Router {
 	// The install's runtimes: any valid token, no namespace.
 	r.Handle("/v1/runtimes", s.authenticateAny(http.HandlerFunc(s.listRuntimes))).Methods(http.MethodGet)
 
+	// A namespace's event source outside this process reports its deliveries (its event token).
+	r.HandleFunc("/events/{ns}/deliveries", s.deliveryReport).Methods(http.MethodPost)
 	v1 := r.PathPrefix("/v1/namespaces/{ns}").Subrouter()
 	v1.Use(s.authenticate)
 	v1.HandleFunc("/ensure", s.ensureNamespace).Methods(http.MethodPost)

@@ -157,14 +157,18 @@ func (m *Metrics) Collectors() []prometheus.Collector { return []prometheus.Coll
 
 // Observe counts decision d of an event from source.
 func (m *Metrics) Observe(source string, d Decision) {
-	result := "retried"
-	switch d.Action {
+	m.deliveries.WithLabelValues(source, result(d.Action)).Inc()
+}
+
+// result is an action's label.
+func result(a Action) string {
+	switch a {
 	case Ack:
-		result = "acked"
+		return "acked"
 	case DeadLetter:
-		result = "dead_lettered"
+		return "dead_lettered"
 	}
-	m.deliveries.WithLabelValues(source, result).Inc()
+	return "retried"
 }
 
 // Read is the Outcome of an answer of /fn/: whether the function or /fn/ itself answered (/fn/
@@ -221,3 +225,11 @@ func (a *Answer) Outcome() Outcome { return Read(a.status, a.Header()) }
 
 // Written reports whether anything was answered.
 func (a *Answer) Written() bool { return a.status != 0 }
+
+// Add counts n events from source that ended as action (a report of an event source outside the
+// process).
+func (m *Metrics) Add(source string, action Action, n int64) {
+	if n > 0 {
+		m.deliveries.WithLabelValues(source, result(action)).Add(float64(n))
+	}
+}

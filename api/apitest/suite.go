@@ -26,6 +26,7 @@ func Run(t *testing.T, b Backend) {
 		{"ProxyEventToken", testProxyEventToken},
 		{"RabbitMQTriggerSpec", testRabbitMQTriggerSpec},
 		{"AsyncInvocation", testAsyncInvocation},
+		{"DeliveryReport", testDeliveryReport},
 		{"AsyncNeedsAQueue", testAsyncNeedsAQueue},
 		{"FunctionHosts", testFunctionHosts},
 		{"UploadThrottle", testUploadThrottle},

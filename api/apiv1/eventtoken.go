@@ -32,3 +32,30 @@ func ValidEventToken(key []byte, ns, token string) bool {
 	}
 	return hmac.Equal([]byte(EventToken(key, ns)), []byte(token))
 }
+
+// DeliveryReport is what an event source outside the API's process (a Kubernetes namespace's
+// rabbitmq consumer) reports of one trigger's deliveries since its last report, to POST
+// /events/{ns}/deliveries with its namespace's HeaderEventToken: the API counts them on
+// sless_deliveries_total and records each dead letter as a DeadLettered event on the trigger's
+// function.
+type DeliveryReport struct {
+	Trigger      string `json:"trigger"`
+	Acked        int64  `json:"acked"`
+	Retried      int64  `json:"retried"`
+	DeadLettered int64  `json:"dead_lettered"`
+	// DeadLetters name some of them (at most MaxReportedDeadLetters; the rest are counted only).
+	DeadLetters []ReportedDeadLetter `json:"dead_letters,omitempty"`
+}
+
+// ReportedDeadLetter is one message given up.
+type ReportedDeadLetter struct {
+	MessageID string `json:"message_id,omitempty"`
+	Queue     string `json:"queue"`
+	Reason    string `json:"reason"`
+}
+
+// Bounds of a DeliveryReport.
+const (
+	MaxReportedDeadLetters = 100
+	MaxReportedCount       = 1_000_000
+)

@@ -253,6 +253,17 @@ func TestRabbitMQOnKubernetes(t *testing.T) {
 	})
 	t.Logf("orders' status: delivered_total=%d dead_lettered_total=%d (acks over both consumer pods, redeliveries included)",
 		tr.Status.DeliveredTotal, tr.Status.DeadLetteredTotal)
+	// The consumer pods' delivery reports reach the API replicas' sless_deliveries_total (a pod
+	// deleted outright may take its last report with it: most, not all, are counted).
+	var acked float64
+	waitFor(t, "the consumer's deliveries counted on the API's metrics", 30*time.Second, func() bool {
+		acked = 0
+		for _, p := range pods(t, "sless-api") {
+			acked += podMetricOf(t, p.Name, "sless_deliveries_total", `result="acked",source="rabbitmq"`)
+		}
+		return acked >= float64(total)*9/10
+	})
+	t.Logf("sless_deliveries_total{source=\"rabbitmq\",result=\"acked\"} over the API replicas: %.0f", acked)
 
 	t.Run("the consumer pod waited for its network policy", func(t *testing.T) {
 		var pods corev1.PodList

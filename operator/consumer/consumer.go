@@ -52,8 +52,11 @@ type Runner struct {
 	ReconnectMin, ReconnectMax time.Duration
 	// Log hears of starts and stops; nil is silent.
 	Log *slog.Logger
-	// Observe, when set, hears of every decision (metrics).
+	// Observe, when set, hears of every decision too (tests); the API hears of them in reports
+	// (report.go).
 	Observe func(rabbitmq.Result)
+
+	reports reporter
 
 	mu   sync.Mutex
 	run  map[string]*consuming
@@ -82,6 +85,9 @@ func (r *Runner) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.HTTP = &http.Client{Transport: &tokenTransport{file: r.TokenFile, next: r.HTTP.Transport}, Timeout: r.HTTP.Timeout}
 	if err := mgr.Add(runnable(func(ctx context.Context) error { <-ctx.Done(); r.stopAll(); return nil })); err != nil {
+		return err
+	}
+	if err := mgr.Add(runnable(func(ctx context.Context) error { r.reportLoop(ctx); return nil })); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).For(&slessv1.Trigger{}).
@@ -142,7 +148,13 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 		URLFunc: r.urlOf(secret, skey), Queue: mq.Queue, Passive: mq.Passive, DeadLetter: mq.DeadLetter, Prefetch: mq.Prefetch,
 		Policy: delivery.Policy{MaxRetries: maxRetries, Backoff: time.Duration(mq.RetryBackoffMS) * time.Millisecond},
 		Name:   "sless trigger " + r.Namespace + "/" + tr.Name, ReconnectMin: r.ReconnectMin, ReconnectMax: r.ReconnectMax,
-	}, rabbitmq.FunctionInvoker{Namespace: r.Namespace, Function: tr.Spec.FunctionRef, Trigger: tr.Name, Client: r.HTTP, BaseURL: r.APIURL}, r.Observe)
+	}, rabbitmq.FunctionInvoker{Namespace: r.Namespace, Function: tr.Spec.FunctionRef, Trigger: tr.Name, Client: r.HTTP, BaseURL: r.APIURL},
+		func(res rabbitmq.Result) {
+			r.reports.observe(tr.Name, mq.DeadLetter, res)
+			if r.Observe != nil {
+				r.Observe(res)
+			}
+		})
 	if err != nil {
 		return ctrl.Result{}, r.patch(ctx, tr.Name, map[string]any{"connected": false, "lastError": err.Error()})
 	}

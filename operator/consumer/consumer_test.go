@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,17 +31,25 @@ import (
 	"github.com/sless-dev/sless/operator/resources"
 )
 
-// fnServer stands in for /fn/: it checks the event token of ns and records the message ids of
-// function f, answering 200.
+// fnServer stands in for the API: it checks the event token of ns, records the message ids of
+// function f sent to /fn/ (answering 200, or 422 to a body "bad") and sums the delivery reports.
 type fnServer struct {
-	mu   sync.Mutex
-	ids  map[string]int
-	bad  int // requests without the right token
-	want string
+	mu       sync.Mutex
+	ids      map[string]int
+	bad      int // requests without the right token
+	want     string
+	reported apiv1.DeliveryReport
 }
 
 func (s *fnServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	io.Copy(io.Discard, r.Body)
+	var rep apiv1.DeliveryReport
+	report := strings.HasPrefix(r.URL.Path, "/events/")
+	var body []byte
+	if report {
+		json.NewDecoder(r.Body).Decode(&rep)
+	} else {
+		body, _ = io.ReadAll(r.Body)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r.Header.Get(apiv1.HeaderEventToken) != s.want {
@@ -48,7 +57,24 @@ func (s *fnServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusForbidden)
 		return
 	}
+	if report {
+		s.reported.Acked += rep.Acked
+		s.reported.Retried += rep.Retried
+		s.reported.DeadLettered += rep.DeadLettered
+		s.reported.DeadLetters = append(s.reported.DeadLetters, rep.DeadLetters...)
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	s.ids[r.Header.Get(apiv1.HeaderEventMessageID)]++
+	if string(body) == "bad" {
+		w.WriteHeader(http.StatusUnprocessableEntity)
+	}
+}
+
+func (s *fnServer) report() apiv1.DeliveryReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reported
 }
 
 func (s *fnServer) count(id string) int {
@@ -160,6 +186,20 @@ func TestRunnerOnKubernetes(t *testing.T) {
 		if n := fn.count(fmt.Sprintf("orders-%d", i)); n != 1 {
 			t.Errorf("orders-%d reached /fn/ %d times", i, n)
 		}
+	}
+	// The function's own 4xx: dead-lettered at once. The API hears of every outcome in the pod's
+	// reports (its metrics and the function's DeadLettered events).
+	mq.Publish(t, "orders", amqp.Publishing{MessageId: "poison", Body: []byte("bad")})
+	status("orders", "the refused message dead-lettered", func(s slessv1.TriggerStatus) bool { return s.DeadLetteredTotal == 1 })
+	deadline := time.Now().Add(4 * consumer.ReportEvery)
+	for rep := fn.report(); rep.Acked != 20 || rep.DeadLettered != 1; rep = fn.report() {
+		if time.Now().After(deadline) {
+			t.Fatalf("reported %+v, want 20 acked and 1 dead-lettered", rep)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if d := fn.report().DeadLetters; len(d) != 1 || d[0].MessageID != "poison" || d[0].Queue != "orders.dlq" || !strings.Contains(d[0].Reason, "422") {
+		t.Errorf("reported dead letters %+v", d)
 	}
 	// The secret appears (the kubelet updates the projected volume): the next reconnect reads it.
 	writeSecret("late", "url", mq.URL())
