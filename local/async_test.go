@@ -130,6 +130,9 @@ func TestAsyncInvocationUp(t *testing.T) {
 			t.Fatalf("invocation %s of a disabled function: %+v", id, s)
 		}
 	}
+	if code, m := u.Metrics(""); code != 200 || !strings.Contains(m, "sless_async_accepted_total 25\n") {
+		t.Errorf("/metrics: %d, want 25 accepted:\n%s", code, grepLines(m, "sless_async_accepted_total"))
+	}
 	listen, regAddr := u.Listen, u.RegAddr
 	u.stop()
 	u = startUp(t, dataDir, listen, regAddr)
@@ -147,5 +150,16 @@ func TestAsyncInvocationUp(t *testing.T) {
 	}, "the waiting invocations delivered after the restart")
 	if s := state(badID); len(s.Attempts) != 2 {
 		t.Errorf("the redriven invocation: %d attempts, want 2 (one before, one after the redrive): %+v", len(s.Attempts), s)
+	}
+	// On /metrics since the restart: what became of the deliveries, and the queue.
+	code, m := u.Metrics("")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, want := range []string{`sless_deliveries_total{result="acked",source="async"} 2`, `sless_deliveries_total{result="dead_lettered",source="async"} 2`,
+		`sless_async_queue_depth{function="work",namespace="` + u.c.Namespace() + `"} 0`, `sless_async_dead_letters{function="work",namespace="` + u.c.Namespace() + `"} 3`} {
+		if !strings.Contains(m, want+"\n") {
+			t.Errorf("/metrics lacks %s:\n%s\n%s", want, grepLines(m, "sless_async_"), grepLines(m, "sless_deliveries_total"))
+		}
 	}
 }

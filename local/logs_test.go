@@ -264,6 +264,7 @@ func TestLogsUp(t *testing.T) {
 		elsewhere := map[string]string{
 			"sless_dependency_cache_hits_total": "TestDependencies", "sless_dependency_installs_total": "TestDependencies",
 			"sless_function_held_requests": "a gauge, 0 when idle", "sless_function_in_flight_requests": "a gauge, 0 when idle",
+			"sless_async_accepted_total": "TestAsyncInvocationUp",
 		}
 		parser := expfmt.NewTextParser(model.LegacyValidation)
 		families, err := parser.TextToMetricFamilies(strings.NewReader(m))

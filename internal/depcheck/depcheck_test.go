@@ -24,17 +24,19 @@ var allowed = map[string][]string{
 	"api/apiv1":               {},
 	"api/client":              {"api/apiv1"},
 	"api/auth":                {"api/apiv1"},
-	"api":                     {"activator", "api/apiv1", "api/auth", "codestore", "fnlog", "invoke", "layers", "lifecycle", "objects", "runspec"},
+	"api":                     {"activator", "api/apiv1", "api/auth", "async", "codestore", "delivery", "fnlog", "invoke", "layers", "lifecycle", "objects", "runspec"},
 	"lifecycle":               {"api/apiv1"}, // the status state machine, pure
 	"lifecycle/lifecycletest": {"api/apiv1", "lifecycle"},
 	"objects":                 {"activator", "api/apiv1", "codestore", "lifecycle", "runspec"}, // the object model and the stores' contracts
 	"invoke":                  {"activator", "api/apiv1", "objects", "runspec"},                // /fn/
 	"activator":               {},
-	"delivery":                {},                        // one retry and dead-letter rule for queue triggers and async invocations
-	"rabbitmq":                {"api/apiv1", "delivery"}, // a RabbitMQ trigger's consumer
+	"delivery":                {"api/apiv1"},                        // one retry and dead-letter rule for queue triggers and async invocations
+	"async":                   {"api/apiv1", "delivery", "objects"}, // asynchronous invocation: the dispatcher, the in-memory queue
+	"async/asynctest":         {"api/apiv1", "objects"},             // the contract every asynchronous queue passes
+	"rabbitmq":                {"api/apiv1", "delivery"},            // a RabbitMQ trigger's consumer
 	"api/memstore":            {"api/apiv1", "codestore", "lifecycle", "objects"},
-	"api/apitest":             {"api", "api/apiv1", "api/auth", "api/client", "api/memstore", "codestore", "fnlog", "invoke", "lifecycle", "objects", "rabbitmq"},
-	"api/pgstore":             {"api/apiv1", "objects"}, // the invocation history in PostgreSQL (pgx, goose, prometheus)
+	"api/apitest":             {"api", "api/apiv1", "api/auth", "api/client", "api/memstore", "async", "codestore", "fnlog", "invoke", "lifecycle", "objects", "rabbitmq"},
+	"api/pgstore":             {"api/apiv1", "async", "objects"}, // the invocation history and the asynchronous queue in PostgreSQL (pgx, goose, prometheus)
 	"layers":                  {},
 	"deps":                    {"api/apiv1", "layers"},
 	"oci":                     {"api/apiv1", "layers"},
@@ -50,7 +52,7 @@ var allowed = map[string][]string{
 	"operator/kubestore":      {"activator", "api/apiv1", "codestore", "fnlog", "lifecycle", "objects", "operator/api/v1alpha1", "operator/resources", "runspec"},
 	"operator/consumer":       {"api/apiv1", "delivery", "operator/api/v1alpha1", "rabbitmq"}, // a namespace's rabbitmq consumer pod
 	"operator/config":         {},
-	"local/state":             {"api/apiv1", "lifecycle", "objects"},
+	"local/state":             {"api/apiv1", "async", "lifecycle", "objects"},
 	"local/podman":            {},
 	"local/network":           {"api/apiv1", "local/podman"}, // podman.HostIPv6: whether the bridges have IPv6 to confine
 	"indexproxy":              {},
@@ -85,7 +87,7 @@ var allowed = map[string][]string{
 // noKubernetes may not depend on Kubernetes, directly or not: the build pipeline and the API run
 // on a single host without it.
 var noKubernetes = []string{"activator", "api/apiv1", "api/client", "api/auth", "api", "api/memstore", "api/pgstore", "invoke", "lifecycle", "objects", "layers", "deps", "oci", "runtimes",
-	"runspec", "codestore", "build", "local/state", "local/podman", "local/runner", "local/runtimeimages", "provider", "delivery", "rabbitmq"}
+	"runspec", "codestore", "build", "local/state", "local/podman", "local/runner", "local/runtimeimages", "provider", "delivery", "rabbitmq", "async"}
 
 type pkg struct {
 	ImportPath                         string
