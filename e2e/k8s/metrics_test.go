@@ -66,6 +66,9 @@ func TestMetricsMoved(t *testing.T) {
 		"sless_invocations_dropped_total":   "api/pgstore's tests: only a full buffer moves it",
 		"sless_invocations_buffered":        "a gauge, 0 once written",
 		"sless_function_held_requests":      "a gauge, 0 when idle", "sless_function_in_flight_requests": "a gauge, 0 when idle",
+		"sless_async_accepted_total": "TestAsyncOnKubernetes (which may run after this one)",
+		"sless_async_queue_depth":    "a gauge, 0 once delivered", "sless_async_oldest_age_seconds": "a gauge, 0 once delivered",
+		"sless_async_dead_letters": "TestAsyncOnKubernetes", "sless_deliveries_total": "TestRabbitMQOnKubernetes, TestAsyncOnKubernetes",
 	}
 	moved, seen := map[string]bool{}, map[string]bool{}
 	pods := strings.Fields(kubectl(t, "get", "pods", "-n", "sless-system", "-l", "app.kubernetes.io/part-of=sless", "-o", "jsonpath={.items[*].metadata.name}"))
