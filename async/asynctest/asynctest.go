@@ -1,5 +1,3 @@
-// Package asynctest is the contract every objects.AsyncQueue passes (async.MemQueue, local/state's
-// bbolt queue, api/pgstore's PostgreSQL queue): run it from each store's tests.
 package asynctest
 
 import (
