@@ -36,7 +36,13 @@ func (s *Server) newDispatcher() *async.Dispatcher {
 		return nil
 	}
 	s.metrics.reg.MustRegister(async.NewCollector(s.b.Async))
-	return &async.Dispatcher{Queue: s.b.Async, Functions: s.b.Functions, Handler: s.eventFn, Events: s.warnings, Metrics: s.deliveries, Logger: s.o.logger}
+	// Each delivery reads its function's async settings: from /fn/'s serving view when the backend
+	// has one (Kubernetes: the informer cache, not an API server round trip per event).
+	var fns async.FunctionGetter = s.b.Functions
+	if s.b.Serving != nil {
+		fns = s.b.Serving.Functions
+	}
+	return &async.Dispatcher{Queue: s.b.Async, Functions: fns, Handler: s.eventFn, Events: s.warnings, Metrics: s.deliveries, Logger: s.o.logger}
 }
 
 // wakeAsync tells the dispatcher of a new or redriven event.

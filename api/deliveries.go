@@ -58,12 +58,7 @@ func (s *Server) deliveryReport(w http.ResponseWriter, r *http.Request) {
 	s.deliveries.Add(apiv1.SourceRabbitMQ, delivery.DeadLetter, rep.DeadLettered)
 	fn := tr.Spec.FunctionRef
 	for _, d := range rep.DeadLetters {
-		id := cut(d.MessageID, 200)
-		if id == "" {
-			id = "(no message id)"
-		}
-		s.warnings.Record(r.Context(), ns, fn, apiv1.Event{Type: apiv1.EventWarning, Reason: apiv1.ReasonDeadLettered,
-			Message: fmt.Sprintf("message %s of rabbitmq trigger %s dead-lettered to %s: %s", id, rep.Trigger, cut(d.Queue, 255), cut(d.Reason, 1000))})
+		s.warnings.Record(r.Context(), ns, fn, delivery.DeadLettered(cut(d.MessageID, 200), rep.Trigger, cut(d.Queue, 255), cut(d.Reason, 1000)))
 	}
 	if more := rep.DeadLettered - int64(len(rep.DeadLetters)); more > 0 {
 		s.warnings.Record(r.Context(), ns, fn, apiv1.Event{Type: apiv1.EventWarning, Reason: apiv1.ReasonDeadLettered,

@@ -29,9 +29,9 @@ const (
 	purgeEvery          = 10 * time.Minute
 )
 
-// EventRecorder writes a function's events (fnlog.Events).
-type EventRecorder interface {
-	Record(ctx context.Context, ns, name string, ev apiv1.Event) error
+// FunctionGetter reads a function (objects.Store, or objects.ServingView's cached Functions).
+type FunctionGetter interface {
+	Get(ctx context.Context, ns, name string) (objects.Function, error)
 }
 
 // Dispatcher takes due events from Queue and sends each to its function through Handler (/fn/
@@ -41,12 +41,10 @@ type EventRecorder interface {
 // when that lease runs out.
 type Dispatcher struct {
 	Queue     objects.AsyncQueue
-	Functions interface {
-		Get(ctx context.Context, ns, name string) (objects.Function, error)
-	}
-	Handler http.Handler
+	Functions FunctionGetter
+	Handler   http.Handler
 	// Events, when set, gets a Warning event for each dead letter.
-	Events  EventRecorder
+	Events  delivery.EventRecorder
 	Metrics *delivery.Metrics
 	Logger  *slog.Logger
 	// Workers bounds the attempts in flight; Lease is how long a claim holds before another

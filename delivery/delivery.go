@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -232,4 +233,19 @@ func (m *Metrics) Add(source string, action Action, n int64) {
 	if n > 0 {
 		m.deliveries.WithLabelValues(source, result(action)).Add(float64(n))
 	}
+}
+
+// EventRecorder writes a function's events (fnlog.Events): where a dead letter is told.
+type EventRecorder interface {
+	Record(ctx context.Context, ns, name string, ev apiv1.Event) error
+}
+
+// DeadLettered is the Warning event of a rabbitmq trigger's message given up, on both backends
+// (the single host records it in process, the Kubernetes consumer's report through the API).
+func DeadLettered(messageID, trigger, dlq, reason string) apiv1.Event {
+	if messageID == "" {
+		messageID = "(no message id)"
+	}
+	return apiv1.Event{Type: apiv1.EventWarning, Reason: apiv1.ReasonDeadLettered,
+		Message: fmt.Sprintf("message %s of rabbitmq trigger %s dead-lettered to %s: %s", messageID, trigger, dlq, reason)}
 }

@@ -45,11 +45,13 @@ func (p *Proxy) enqueue(w http.ResponseWriter, r *http.Request, ns, name, rest s
 		return
 	}
 	cfg := fn.Spec.Async.WithDefaults()
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, apiv1.MaxAsyncBodyBytes))
+	// Stored until delivered, and then sent through /fn/: the smaller of the two bounds.
+	limit := min(p.o.bodyLimit, apiv1.MaxAsyncBodyBytes)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeError(w, apiv1.Errorf(apiv1.CodePayloadTooLarge, "an asynchronous request's body is stored until delivered: at most %d bytes", apiv1.MaxAsyncBodyBytes))
+			writeError(w, apiv1.Errorf(apiv1.CodePayloadTooLarge, "an asynchronous request's body is stored until delivered: at most %d bytes", limit))
 			return
 		}
 		w.WriteHeader(499) // the client went away mid-body

@@ -30,8 +30,8 @@ type consumers struct {
 	p       *Platform
 	metrics *delivery.Metrics
 	mu      sync.Mutex
-	events  http.Handler  // /fn/ for event sources (UseEvents); nil until the API is up
-	record  EventRecorder // the functions' event log (UseEvents)
+	events  http.Handler           // /fn/ for event sources (UseEvents); nil until the API is up
+	record  delivery.EventRecorder // the functions' event log (UseEvents)
 	run     map[string]*consuming
 	wg      sync.WaitGroup
 }
@@ -49,7 +49,7 @@ func newConsumers(p *Platform) *consumers {
 
 // UseEvents gives the rabbitmq triggers' consumers /fn/ (api.Server.Events); they start once it
 // is set.
-func (p *Platform) UseEvents(h http.Handler, rec EventRecorder) {
+func (p *Platform) UseEvents(h http.Handler, rec delivery.EventRecorder) {
 	p.mq.mu.Lock()
 	p.mq.events, p.mq.record = h, rec
 	p.mq.mu.Unlock()
@@ -128,11 +128,6 @@ func (m *consumers) reconcile(ctx context.Context, ns string, t objects.Trigger)
 	return nil
 }
 
-// EventRecorder writes a function's events (the API's fnlog.Events).
-type EventRecorder interface {
-	Record(ctx context.Context, ns, name string, ev apiv1.Event) error
-}
-
 // observe counts a delivery's outcome, and records a dead letter as a Warning event on the
 // function. It must not block: fnlog.Events queues.
 func (m *consumers) observe(ns, trigger, fn, dlq string, r rabbitmq.Result) {
@@ -143,12 +138,7 @@ func (m *consumers) observe(ns, trigger, fn, dlq string, r rabbitmq.Result) {
 	if r.Decision.Action != delivery.DeadLetter || rec == nil {
 		return
 	}
-	id := r.Message.MessageID
-	if id == "" {
-		id = "(no message id)"
-	}
-	rec.Record(context.Background(), ns, fn, apiv1.Event{Type: apiv1.EventWarning, Reason: apiv1.ReasonDeadLettered,
-		Message: fmt.Sprintf("message %s of rabbitmq trigger %s dead-lettered to %s: %s", id, trigger, dlq, r.Decision.Reason)})
+	rec.Record(context.Background(), ns, fn, delivery.DeadLettered(r.Message.MessageID, trigger, dlq, r.Decision.Reason))
 }
 
 // writeStatus copies c's status to the trigger's until ctx ends.

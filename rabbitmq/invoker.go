@@ -45,7 +45,11 @@ func (f FunctionInvoker) Invoke(ctx context.Context, m Message) delivery.Outcome
 		f.Handler.ServeHTTP(&w, req)
 		return w.Outcome()
 	}
-	resp, err := f.Client.Do(req)
+	// A redirect is the function's answer, not somewhere to send the message (and the event
+	// token a client adds) next.
+	c := *f.Client
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := c.Do(req)
 	if err != nil {
 		if opErr, ok := errors.AsType[*net.OpError](err); ok && opErr.Op == "dial" && ctx.Err() == nil {
 			// /fn/ itself is out of reach (an API rollout, its Service without endpoints): nothing

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sless-dev/sless/api/apiv1"
@@ -48,5 +49,19 @@ func TestFunctionInvokerOverHTTP(t *testing.T) {
 	out = rabbitmq.FunctionInvoker{Namespace: "ns", Function: "f", Client: http.DefaultClient, BaseURL: fnErr.URL}.Invoke(context.Background(), rabbitmq.Message{})
 	if out.Status != 503 || out.FromFunction || out.RetryAfter.Seconds() != 2 {
 		t.Errorf("/fn/'s 503: %+v", out)
+	}
+
+	// A function's redirect is its answer: not followed, so neither the message nor a token the
+	// client adds goes where the function points.
+	var followed atomic.Int64
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { followed.Add(1) }))
+	t.Cleanup(elsewhere.Close)
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, elsewhere.URL+"/steal", http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(redirect.Close)
+	out = rabbitmq.FunctionInvoker{Namespace: "ns", Function: "f", Client: http.DefaultClient, BaseURL: redirect.URL}.Invoke(context.Background(), rabbitmq.Message{})
+	if out.Status != http.StatusTemporaryRedirect || !out.FromFunction || followed.Load() != 0 {
+		t.Errorf("a function's 307: %+v, %d requests followed it", out, followed.Load())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -253,8 +254,7 @@ func testAsyncInvocation(t *testing.T, bk Backend) {
 	if len(ri.Attempts) != 3 || ri.Redriven == nil {
 		t.Errorf("redriven: %+v", ri)
 	}
-	var ae *apiv1.Error
-	if _, err := e.C.Redrive(bg, "jobs", poison.ID); !asError(err, &ae) || ae.Status != 409 {
+	if _, err := e.C.Redrive(bg, "jobs", poison.ID); !isStatus(err, 409) {
 		t.Errorf("redrive of a succeeded invocation: %v", err)
 	}
 
@@ -297,8 +297,7 @@ func testAsyncNeedsAQueue(t *testing.T, bk Backend) {
 	e := NewEnv(t, noQueue)
 	e.Ensure()
 	_, err := e.C.CreateFunction(context.Background(), apiv1.Function{Name: "f", Runtime: "python3.11", Async: &apiv1.AsyncConfig{Enabled: true}})
-	var ae *apiv1.Error
-	if !asError(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, "asynchronous") {
+	if ae, ok := errors.AsType[*apiv1.Error](err); !ok || ae.Status != 400 || !strings.Contains(ae.Message, "asynchronous") {
 		t.Fatalf("async.enabled without a queue: %v", err)
 	}
 	if _, err := e.C.GetFunction(context.Background(), "f"); !client.IsNotFound(err) {
@@ -313,10 +312,8 @@ func testAsyncNeedsAQueue(t *testing.T, bk Backend) {
 	}
 }
 
-func asError(err error, target **apiv1.Error) bool {
-	e, ok := err.(*apiv1.Error)
-	if ok {
-		*target = e
-	}
-	return ok
+// isStatus reports whether err is the API's error with status code.
+func isStatus(err error, code int) bool {
+	ae, ok := errors.AsType[*apiv1.Error](err)
+	return ok && ae.Status == code
 }

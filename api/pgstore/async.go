@@ -247,13 +247,15 @@ func (q *AsyncQueue) Redrive(ctx context.Context, ns, name, id string, now time.
 
 // Forget implements objects.AsyncQueue.
 func (q *AsyncQueue) Forget(ctx context.Context, ns, name string) error {
-	return q.run(ctx, fmt.Sprintf("deleting the asynchronous invocations of %s/%s", ns, name), func(ctx context.Context) error {
+	return q.runBatches(ctx, fmt.Sprintf("deleting the asynchronous invocations of %s/%s", ns, name), func(ctx context.Context) error {
 		if _, err := q.db.deleteBatches(ctx, q.timeout, `DELETE FROM async_events WHERE id IN (SELECT id FROM async_events
 			WHERE namespace = $1 AND function = $2 LIMIT $3)`, ns, name, deleteBatch); err != nil {
 			return err
 		}
 		// Its count, now 0 unless a new function of the name has enqueued since.
-		_, err := q.db.pool.Exec(ctx, `DELETE FROM async_depth WHERE namespace = $1 AND function = $2 AND pending = 0`, ns, name)
+		qctx, cancel := context.WithTimeout(ctx, q.timeout)
+		defer cancel()
+		_, err := q.db.pool.Exec(qctx, `DELETE FROM async_depth WHERE namespace = $1 AND function = $2 AND pending = 0`, ns, name)
 		return err
 	})
 }
@@ -261,7 +263,7 @@ func (q *AsyncQueue) Forget(ctx context.Context, ns, name string) error {
 // Purge implements objects.AsyncQueue.
 func (q *AsyncQueue) Purge(ctx context.Context, succeeded, dead time.Time) (int, error) {
 	var n int64
-	err := q.run(ctx, "purging asynchronous invocations", func(ctx context.Context) error {
+	err := q.runBatches(ctx, "purging asynchronous invocations", func(ctx context.Context) error {
 		var err error
 		n, err = q.db.deleteBatches(ctx, q.timeout, `DELETE FROM async_events WHERE id IN (SELECT id FROM async_events
 			WHERE state IN ('succeeded', 'dead_lettered')
@@ -311,13 +313,28 @@ func (q *AsyncQueue) Stats(ctx context.Context) ([]objects.AsyncStats, error) {
 // causes (no connection, no answer in time, no table yet) becomes *objects.NotReadyError without
 // the password; the queue's own answers (ErrQueueFull, ErrConflict, ErrNotFound…) pass through.
 func (q *AsyncQueue) run(ctx context.Context, what string, f func(context.Context) error) error {
+	return q.runWithin(ctx, q.timeout, what, f)
+}
+
+// runBatches is run for deletions in batches (Forget, Purge): each statement has the query
+// timeout (deleteBatches), not the whole, which may be 100,000 events and 14 days of dead letters.
+func (q *AsyncQueue) runBatches(ctx context.Context, what string, f func(context.Context) error) error {
+	return q.runWithin(ctx, 0, what, f)
+}
+
+// runWithin calls f within timeout (0: only ctx's), once the schema is migrated.
+func (q *AsyncQueue) runWithin(ctx context.Context, timeout time.Duration, what string, f func(context.Context) error) error {
 	select {
 	case <-q.db.ready:
 	default:
 		return q.db.notReady(queue, q.db.reason())
 	}
-	qctx, cancel := context.WithTimeout(ctx, q.timeout)
-	defer cancel()
+	qctx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		qctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	err := f(qctx)
 	switch {
 	case err == nil:

@@ -19,8 +19,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/sless-dev/sless/api/apiv1"
 	"github.com/sless-dev/sless/delivery"
@@ -52,10 +54,7 @@ type Runner struct {
 	ReconnectMin, ReconnectMax time.Duration
 	// Log hears of starts and stops; nil is silent.
 	Log *slog.Logger
-	// Observe, when set, hears of every decision too (tests); the API hears of them in reports
-	// (report.go).
-	Observe func(rabbitmq.Result)
-
+	// reports carry every decision to the API (report.go).
 	reports reporter
 
 	mu   sync.Mutex
@@ -84,13 +83,20 @@ func (r *Runner) SetupWithManager(mgr ctrl.Manager) error {
 		r.HTTP = &http.Client{}
 	}
 	r.HTTP = &http.Client{Transport: &tokenTransport{file: r.TokenFile, next: r.HTTP.Transport}, Timeout: r.HTTP.Timeout}
-	if err := mgr.Add(runnable(func(ctx context.Context) error { <-ctx.Done(); r.stopAll(); return nil })); err != nil {
+	// The consumers stop with the manager; the last report follows, with their last decisions.
+	if err := mgr.Add(runnable(func(ctx context.Context) error {
+		r.reportLoop(ctx)
+		r.stopAll()
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		r.flushReports(fctx)
+		return nil
+	})); err != nil {
 		return err
 	}
-	if err := mgr.Add(runnable(func(ctx context.Context) error { r.reportLoop(ctx); return nil })); err != nil {
-		return err
-	}
-	return ctrl.NewControllerManagedBy(mgr).For(&slessv1.Trigger{}).
+	// Spec changes (and creations, deletions) only: the consumers' own status patches, twice a
+	// second on a busy queue, change nothing to reconcile.
+	return ctrl.NewControllerManagedBy(mgr).For(&slessv1.Trigger{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).Complete(r)
 }
 
@@ -149,12 +155,7 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 		Policy: delivery.Policy{MaxRetries: maxRetries, Backoff: time.Duration(mq.RetryBackoffMS) * time.Millisecond},
 		Name:   "sless trigger " + r.Namespace + "/" + tr.Name, ReconnectMin: r.ReconnectMin, ReconnectMax: r.ReconnectMax,
 	}, rabbitmq.FunctionInvoker{Namespace: r.Namespace, Function: tr.Spec.FunctionRef, Trigger: tr.Name, Client: r.HTTP, BaseURL: r.APIURL},
-		func(res rabbitmq.Result) {
-			r.reports.observe(tr.Name, mq.DeadLetter, res)
-			if r.Observe != nil {
-				r.Observe(res)
-			}
-		})
+		func(res rabbitmq.Result) { r.reports.observe(tr.Name, mq.DeadLetter, res) })
 	if err != nil {
 		return ctrl.Result{}, r.patch(ctx, tr.Name, map[string]any{"connected": false, "lastError": err.Error()})
 	}

@@ -73,9 +73,11 @@ func (rp *reporter) putBack(rep *apiv1.DeliveryReport) {
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
 	cur := rp.report(rep.Trigger)
-	cur.Acked += rep.Acked
-	cur.Retried += rep.Retried
-	cur.DeadLettered += rep.DeadLettered
+	// Bounded as the API takes them: a long outage loses counts beyond, not the whole report.
+	add := func(n *int64, m int64) { *n = min(*n+m, apiv1.MaxReportedCount) }
+	add(&cur.Acked, rep.Acked)
+	add(&cur.Retried, rep.Retried)
+	add(&cur.DeadLettered, rep.DeadLettered)
 	for _, d := range rep.DeadLetters {
 		if len(cur.DeadLetters) < apiv1.MaxReportedDeadLetters {
 			cur.DeadLetters = append(cur.DeadLetters, d)
@@ -83,16 +85,14 @@ func (rp *reporter) putBack(rep *apiv1.DeliveryReport) {
 	}
 }
 
-// reportLoop sends the reports every ReportEvery until ctx ends, then once more.
+// reportLoop sends the reports every ReportEvery until ctx ends (the last one is the caller's,
+// once the consumers stopped).
 func (r *Runner) reportLoop(ctx context.Context) {
 	t := time.NewTicker(ReportEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			r.flushReports(fctx)
-			cancel()
 			return
 		case <-t.C:
 			r.flushReports(ctx)
