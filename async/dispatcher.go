@@ -17,11 +17,13 @@ import (
 	"github.com/sless-dev/sless/objects"
 )
 
-// Defaults of a Dispatcher's zero fields.
+// How a Dispatcher works: at most maxInFlight attempts at once; a claim holds for leaseFor before
+// another dispatcher may take it over (extended every third of it while an attempt runs); the queue
+// is looked at every pollEvery without a Wake (another replica's enqueue).
 const (
-	DefaultWorkers = 32
-	DefaultLease   = time.Minute
-	DefaultPoll    = time.Second
+	maxInFlight = 32
+	leaseFor    = time.Minute
+	pollEvery   = time.Second
 	// SucceededRetention and DeadLetterRetention: how long done events stay readable (GET …/async/
 	// {id}, the dead letters) before Purge drops them.
 	SucceededRetention  = 24 * time.Hour
@@ -47,14 +49,6 @@ type Dispatcher struct {
 	Events  delivery.EventRecorder
 	Metrics *delivery.Metrics
 	Logger  *slog.Logger
-	// Workers bounds the attempts in flight; Lease is how long a claim holds before another
-	// dispatcher may take it over (extended every third of it while an attempt runs); Poll is how
-	// often the queue is looked at without a Wake (another replica's enqueue).
-	Workers int
-	Lease   time.Duration
-	Poll    time.Duration
-	// Now is the clock (tests); nil is time.Now.
-	Now func() time.Time
 
 	once sync.Once
 	wake chan struct{}
@@ -63,18 +57,6 @@ type Dispatcher struct {
 func (d *Dispatcher) init() {
 	d.once.Do(func() {
 		d.wake = make(chan struct{}, 1)
-		if d.Workers <= 0 {
-			d.Workers = DefaultWorkers
-		}
-		if d.Lease <= 0 {
-			d.Lease = DefaultLease
-		}
-		if d.Poll <= 0 {
-			d.Poll = DefaultPoll
-		}
-		if d.Now == nil {
-			d.Now = time.Now
-		}
 		if d.Logger == nil {
 			d.Logger = slog.New(slog.DiscardHandler)
 		}
@@ -96,9 +78,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	d.init()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	done := make(chan struct{}, d.Workers)
+	wg.Add(1)
+	go func() { defer wg.Done(); d.purge(ctx) }()
+	done := make(chan struct{}, maxInFlight)
 	inflight := 0
-	lastPurge := time.Time{}
 	failures := 0
 	for {
 		for drained := false; !drained; {
@@ -109,18 +92,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				drained = true
 			}
 		}
-		now := d.Now()
-		if now.Sub(lastPurge) >= purgeEvery {
-			lastPurge = now
-			if n, err := d.Queue.Purge(ctx, now.Add(-SucceededRetention), now.Add(-DeadLetterRetention)); err != nil {
-				d.Logger.Warn("purging done asynchronous invocations", "error", err)
-			} else if n > 0 {
-				d.Logger.Info("purged done asynchronous invocations", "count", n)
-			}
-		}
-		wait := d.Poll
-		if free := d.Workers - inflight; free > 0 {
-			claimed, next, err := d.Queue.Claim(ctx, now, d.Lease, free)
+		now := time.Now()
+		wait := pollEvery
+		if free := maxInFlight - inflight; free > 0 {
+			claimed, next, err := d.Queue.Claim(ctx, now, leaseFor, free)
 			switch {
 			case err != nil && ctx.Err() == nil:
 				failures++
@@ -140,11 +115,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				if len(claimed) == free {
 					wait = 0 // more may be due: look again once a worker is free
 				} else if !next.IsZero() {
-					wait = min(wait, max(next.Sub(d.Now()), time.Millisecond))
+					wait = min(wait, max(next.Sub(time.Now()), time.Millisecond))
 				}
 			}
 		}
-		if wait == 0 && inflight < d.Workers {
+		if wait == 0 && inflight < maxInFlight {
 			continue
 		}
 		t := time.NewTimer(max(wait, 0))
@@ -161,9 +136,29 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 }
 
+// purge drops done events past their retention every purgeEvery until ctx ends, apart from the
+// claims: a long purge holds up no delivery.
+func (d *Dispatcher) purge(ctx context.Context) {
+	t := time.NewTicker(purgeEvery)
+	defer t.Stop()
+	for {
+		now := time.Now()
+		if n, err := d.Queue.Purge(ctx, now.Add(-SucceededRetention), now.Add(-DeadLetterRetention)); err != nil && ctx.Err() == nil {
+			d.Logger.Warn("purging done asynchronous invocations", "error", err)
+		} else if n > 0 {
+			d.Logger.Info("purged done asynchronous invocations", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // deliver makes one attempt of ev and settles it.
 func (d *Dispatcher) deliver(ctx context.Context, ev objects.AsyncEvent) {
-	now := d.Now()
+	now := time.Now()
 	fn, err := d.Functions.Get(ctx, ev.Namespace, ev.Function)
 	switch {
 	case errors.Is(err, objects.ErrNotFound) || err == nil && fn.Deleting:
@@ -188,7 +183,7 @@ func (d *Dispatcher) deliver(ctx context.Context, ev objects.AsyncEvent) {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := d.keepLease(actx, cancel, ev)
-	start := d.Now()
+	start := time.Now()
 	o := d.invoke(actx, ev)
 	lost := stop()
 	if lost {
@@ -197,14 +192,14 @@ func (d *Dispatcher) deliver(ctx context.Context, ev objects.AsyncEvent) {
 		return
 	}
 	dec := delivery.Policy{MaxRetries: *cfg.MaxRetries}.Decide(o, ev.Counted)
-	attempt := &apiv1.AsyncAttempt{Time: start.UTC(), Status: o.Status, DurationMS: float64(d.Now().Sub(start).Microseconds()) / 1000}
+	attempt := &apiv1.AsyncAttempt{Time: start.UTC(), Status: o.Status, DurationMS: float64(time.Now().Sub(start).Microseconds()) / 1000}
 	if dec.Action != delivery.Ack {
 		attempt.Error = dec.Reason
 	}
 	if dec.Action == delivery.Retry && !dec.Counts {
 		attempt = nil // back-pressure of /fn/: the function was not called
 	}
-	if dec.Action == delivery.Retry && d.Now().Add(dec.After).Sub(ev.Enqueued) > cfg.MaxAge() {
+	if dec.Action == delivery.Retry && time.Now().Add(dec.After).Sub(ev.Enqueued) > cfg.MaxAge() {
 		dec = delivery.Decision{Action: delivery.DeadLetter, Counts: dec.Counts,
 			Reason: fmt.Sprintf("%s; its next retry would pass max_age_sec (%d s)", dec.Reason, cfg.MaxAgeSec)}
 	}
@@ -219,7 +214,7 @@ func (d *Dispatcher) keepLease(ctx context.Context, cancel context.CancelFunc, e
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		t := time.NewTicker(d.Lease / 3)
+		t := time.NewTicker(leaseFor / 3)
 		defer t.Stop()
 		for {
 			select {
@@ -228,7 +223,7 @@ func (d *Dispatcher) keepLease(ctx context.Context, cancel context.CancelFunc, e
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				err := d.Queue.Extend(ctx, ev, d.Now().Add(d.Lease))
+				err := d.Queue.Extend(ctx, ev, time.Now().Add(leaseFor))
 				if errors.Is(err, objects.ErrConflict) {
 					lost = true
 					cancel()
@@ -259,7 +254,7 @@ func (d *Dispatcher) settle(ctx context.Context, ev objects.AsyncEvent, dec deli
 	case delivery.Ack:
 		ev.State, ev.Error = apiv1.AsyncSucceeded, ""
 	case delivery.Retry:
-		ev.State, ev.Error, ev.NextAttempt = apiv1.AsyncFailed, dec.Reason, d.Now().Add(dec.After)
+		ev.State, ev.Error, ev.NextAttempt = apiv1.AsyncFailed, dec.Reason, time.Now().Add(dec.After)
 		if attempt == nil {
 			ev.State = apiv1.AsyncQueued // not tried: waiting, not failed
 		}
@@ -277,7 +272,7 @@ func (d *Dispatcher) settle(ctx context.Context, ev objects.AsyncEvent, dec deli
 	}
 	if dec.Action == delivery.DeadLetter && d.Events != nil {
 		msg := fmt.Sprintf("asynchronous invocation %s dead-lettered: %s", ev.ID, dec.Reason)
-		if err := d.Events.Record(ctx, ev.Namespace, ev.Function, apiv1.Event{Time: d.Now().UTC(), Type: apiv1.EventWarning,
+		if err := d.Events.Record(ctx, ev.Namespace, ev.Function, apiv1.Event{Time: time.Now().UTC(), Type: apiv1.EventWarning,
 			Reason: apiv1.ReasonDeadLettered, Message: msg}); err != nil {
 			d.Logger.Warn("recording a dead letter's event", "id", ev.ID, "error", err)
 		}
@@ -295,7 +290,6 @@ func (d *Dispatcher) invoke(ctx context.Context, ev objects.AsyncEvent) delivery
 	if req.Header == nil {
 		req.Header = http.Header{}
 	}
-	req.Header.Del(apiv1.HeaderInvocationType)
 	req.Header.Set(apiv1.HeaderEventSource, apiv1.SourceAsync)
 	req.Header.Set(apiv1.HeaderEventMessageID, ev.ID)
 	req.Header.Set(apiv1.HeaderEventDeliveryCount, strconv.Itoa(len(ev.Attempts)+1))

@@ -20,7 +20,9 @@ import (
 type Persist func(put []objects.AsyncEvent, del []string) error
 
 // MemQueue is objects.AsyncQueue in memory: the unit tests' queue, and the single host's, which
-// gives it a Persist writing each change to bbolt and loads it from there at start (Load).
+// gives it a Persist writing each change to bbolt and loads it from there at start (Load). Claims
+// and lease extensions stay in memory (Load takes back what was running): an event costs two
+// writes, its enqueue and its settle.
 type MemQueue struct {
 	persist Persist
 
@@ -128,7 +130,6 @@ func (q *MemQueue) Claim(_ context.Context, now time.Time, lease time.Duration, 
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var claimed []objects.AsyncEvent
-	var stale []dueItem // entries of events claimed: pushed again only if the write fails
 	taken := map[string]bool{}
 	for len(q.due) > 0 && len(claimed) < n {
 		it := q.due[0]
@@ -141,17 +142,15 @@ func (q *MemQueue) Claim(_ context.Context, now time.Time, lease time.Duration, 
 			break
 		}
 		heap.Pop(&q.due)
-		stale = append(stale, it)
 		taken[it.id] = true
 		c := *ev
 		c.State, c.Lease, c.LeaseUntil = apiv1.AsyncRunning, newLease(), now.Add(lease)
 		claimed = append(claimed, c)
 	}
-	if err := q.write(claimed, nil); err != nil {
-		for _, it := range stale {
-			heap.Push(&q.due, it)
-		}
-		return nil, time.Time{}, err
+	// Claims are not persisted: one process holds a MemQueue, and Load queues again whatever was
+	// running when it stopped, so a lease on disk would never be read.
+	for _, c := range claimed {
+		q.set(c)
 	}
 	return claimed, q.next(), nil
 }
@@ -194,7 +193,8 @@ func (q *MemQueue) Extend(_ context.Context, ev objects.AsyncEvent, until time.T
 	}
 	c := *cur
 	c.LeaseUntil = until
-	return q.write([]objects.AsyncEvent{c}, nil)
+	q.set(c) // not persisted, as claims are not
+	return nil
 }
 
 // Settle implements objects.AsyncQueue.
@@ -232,15 +232,15 @@ func (q *MemQueue) DeadLetters(_ context.Context, ns, name string, limit int) ([
 		}
 	}
 	q.mu.Unlock()
-	SortNewestFirst(out)
+	sortNewestFirst(out)
 	if len(out) > limit {
 		out = out[:limit]
 	}
 	return out, nil
 }
 
-// SortNewestFirst orders events by id descending: ids sort by creation time.
-func SortNewestFirst(evs []objects.AsyncEvent) {
+// sortNewestFirst orders events by id descending: ids sort by creation time.
+func sortNewestFirst(evs []objects.AsyncEvent) {
 	slices.SortFunc(evs, func(a, b objects.AsyncEvent) int { return cmp.Compare(b.ID, a.ID) })
 }
 

@@ -16,7 +16,8 @@ func TestMemQueue(t *testing.T) {
 	asynctest.Run(t, func(*testing.T) objects.AsyncQueue { return async.NewMemQueue(nil) })
 }
 
-// A change Persist refuses is not applied: memory never runs ahead of the disk.
+// A change Persist refuses is not applied (claims are memory's alone: a restart queues again what
+// was running).
 func TestMemQueuePersistFailureChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	fail := false
@@ -39,19 +40,25 @@ func TestMemQueuePersistFailureChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	fail = true
-	if claimed, _, err := q.Claim(ctx, now, time.Minute, 10); err == nil || len(claimed) != 0 {
-		t.Fatalf("claim with a failing disk: %v %v", claimed, err)
-	}
 	if err := q.Enqueue(ctx, asynctest.Event("a", "f", now), 10); err == nil {
 		t.Fatal("enqueue with a failing disk succeeded")
 	}
-	fail = false
+	// A claim is memory's alone; its settle is refused with the disk and leaves the event running.
 	claimed, _, err := q.Claim(ctx, now, time.Minute, 10)
 	if err != nil || len(claimed) != 1 || claimed[0].ID != ev.ID {
-		t.Fatalf("claim after the disk came back: %+v %v", claimed, err)
+		t.Fatalf("claim: %+v %v", claimed, err)
 	}
-	if stored[ev.ID].State != apiv1.AsyncRunning || len(stored) != 1 {
-		t.Fatalf("stored %+v", stored)
+	done := claimed[0]
+	done.State = apiv1.AsyncSucceeded
+	if err := q.Settle(ctx, done); err == nil {
+		t.Fatal("settle with a failing disk succeeded")
+	}
+	if got, _ := q.Get(ctx, "a", "f", ev.ID); got.State != apiv1.AsyncRunning {
+		t.Fatalf("after a refused settle: %+v", got)
+	}
+	fail = false
+	if stored[ev.ID].State != apiv1.AsyncQueued || len(stored) != 1 {
+		t.Fatalf("stored %+v: want the event as enqueued, the claim not written", stored)
 	}
 
 	// What was running when the process went is queued again at the next start.

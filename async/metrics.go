@@ -10,16 +10,14 @@ import (
 )
 
 // Collector reports each function's asynchronous queue at scrape time, read from the queue (so
-// every replica of a shared queue reports the same figures): sless_async_queue_depth (events
+// every replica of a shared queue reports the same figures: aggregate them across replicas with
+// max, not sum): sless_async_queue_depth (events
 // not done), sless_async_oldest_age_seconds (the oldest of those, since it was enqueued) and
 // sless_async_dead_letters. A queue that cannot answer within a scrape reports nothing.
-type Collector struct {
-	queue objects.AsyncQueue
-	now   func() time.Time
-}
+type Collector struct{ queue objects.AsyncQueue }
 
 // NewCollector reports q.
-func NewCollector(q objects.AsyncQueue) *Collector { return &Collector{queue: q, now: time.Now} }
+func NewCollector(q objects.AsyncQueue) *Collector { return &Collector{queue: q} }
 
 var (
 	depthDesc = prometheus.NewDesc("sless_async_queue_depth",
@@ -45,7 +43,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	now := c.now()
+	now := time.Now()
 	for _, s := range stats {
 		ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(s.Depth), s.Namespace, s.Function)
 		age := 0.0
