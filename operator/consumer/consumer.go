@@ -57,16 +57,20 @@ type Runner struct {
 	// reports carry every decision to the API (report.go).
 	reports reporter
 
-	mu   sync.Mutex
-	run  map[string]*consuming
-	wg   sync.WaitGroup
-	stop chan struct{} // closed by Stop
+	mu  sync.Mutex
+	run map[string]*consuming
+	// totals are the last totals of this pod's stopped consumers, by trigger.
+	totals map[string][2]int64
+	wg     sync.WaitGroup
+	stop   chan struct{} // closed by Stop
 }
 
 type consuming struct {
 	key    string
 	cancel context.CancelFunc
 	done   sync.WaitGroup
+	c      *rabbitmq.Consumer
+	base   [2]int64 // the delivered and dead-lettered totals it started from
 }
 
 // SetupWithManager reconciles every Trigger the manager's cache holds (the namespace's) and stops
@@ -116,6 +120,9 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 	if err := r.Client.Get(ctx, req.NamespacedName, &tr); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.stopOne(req.Name)
+			r.mu.Lock()
+			delete(r.totals, req.Name) // a trigger created again under the name starts at 0
+			r.mu.Unlock()
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -162,8 +169,15 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 	// The counts go on from what the trigger's status says: a restarted consumer (a new pod) keeps
 	// them monotonic.
 	base := [2]int64{tr.Status.DeliveredTotal, tr.Status.DeadLetteredTotal}
+	r.mu.Lock()
+	// A consumer of this pod stopped a moment ago: its last totals, which the cached trigger read
+	// above may not show yet.
+	if prev, ok := r.totals[tr.Name]; ok {
+		base = [2]int64{max(base[0], prev[0]), max(base[1], prev[1])}
+	}
+	r.mu.Unlock()
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	run := &consuming{key: key, cancel: cancel}
+	run := &consuming{key: key, cancel: cancel, c: c, base: base}
 	r.mu.Lock()
 	if r.stop == nil {
 		r.stop = make(chan struct{})
@@ -278,6 +292,13 @@ func (r *Runner) stopOne(name string) bool {
 	}
 	run.cancel()
 	run.done.Wait()
+	st := run.c.Status()
+	r.mu.Lock()
+	if r.totals == nil {
+		r.totals = map[string][2]int64{}
+	}
+	r.totals[name] = [2]int64{run.base[0] + st.Delivered, run.base[1] + st.DeadLettered}
+	r.mu.Unlock()
 	return true
 }
 
