@@ -129,16 +129,16 @@ func (r *ConsumerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, err
 	}
-	if err != nil || live.Annotations[annotationConsumerToken] != tokenSum {
-		// Written blind (this account reads no Secret): created, or replaced whole.
-		secret := resources.MakeConsumerSecret(ns, token)
-		if err := r.Client.Create(ctx, secret.DeepCopy()); apierrors.IsAlreadyExists(err) {
-			err = r.Client.Update(ctx, secret.DeepCopy())
-			if err != nil {
-				return ctrl.Result{}, fmt.Errorf("the consumer's Secret: %w", err)
-			}
-		} else if err != nil {
-			return ctrl.Result{}, fmt.Errorf("the consumer's Secret: %w", err)
+	// Written blind (this account reads no Secret): created whenever missing (a hand deletion is
+	// repaired at the next reconcile), replaced whole when the token changed.
+	secret := resources.MakeConsumerSecret(ns, token)
+	switch serr := r.Client.Create(ctx, secret.DeepCopy()); {
+	case serr == nil:
+	case !apierrors.IsAlreadyExists(serr):
+		return ctrl.Result{}, fmt.Errorf("the consumer's Secret: %w", serr)
+	case err != nil || live.Annotations[annotationConsumerToken] != tokenSum:
+		if serr := r.Client.Update(ctx, secret.DeepCopy()); serr != nil {
+			return ctrl.Result{}, fmt.Errorf("the consumer's Secret: %w", serr)
 		}
 	}
 	live = &appsv1.Deployment{}

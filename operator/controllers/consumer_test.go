@@ -140,10 +140,18 @@ func TestConsumerFollowsTriggers(t *testing.T) {
 		t.Errorf("network policy %+v %v: want the API's pods and the Kubernetes API", np.Spec.Egress, err)
 	}
 
-	// Another trigger on another secret: the Deployment follows; one on the same secret changes
-	// nothing.
+	// The token Secret deleted by hand: written again at the next reconcile (here: another trigger
+	// on another secret, which the Deployment follows; one on the same secret changes nothing).
+	if err := c.Delete(ctx, &secret); err != nil {
+		t.Fatal(err)
+	}
 	trigger(ns, "refunds", apiv1.TriggerRabbitMQ, "mq2", nil)
 	eventually(t, "both secrets mounted", mounts("mq", "mq2"))
+	eventually(t, "the token Secret written again", func() bool {
+		var s corev1.Secret
+		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.ConsumerName}, &s) == nil &&
+			string(s.Data[resources.ConsumerTokenKey]) == apiv1.EventToken(key, ns)
+	})
 	before := deployment(ns).Spec.Template.Annotations
 	trigger(ns, "audit", apiv1.TriggerRabbitMQ, "mq", nil)
 	// Disabling orders keeps mq (audit names it) ...
