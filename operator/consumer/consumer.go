@@ -326,15 +326,37 @@ func (r *Runner) stopAll() {
 type tokenTransport struct {
 	file string
 	next http.RoundTripper
+
+	mu    sync.Mutex
+	token string
+	read  time.Time
+}
+
+// tokenReread is how long a token read from its file is used: the file changes only when the
+// install's key is rotated (the kubelet then rewrites it), and a delivery should not cost a read.
+const tokenReread = 30 * time.Second
+
+func (t *tokenTransport) current() (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.token != "" && time.Since(t.read) < tokenReread {
+		return t.token, nil
+	}
+	b, err := os.ReadFile(t.file)
+	if err != nil {
+		return "", fmt.Errorf("reading the event token: %w", err)
+	}
+	t.token, t.read = strings.TrimSpace(string(b)), time.Now()
+	return t.token, nil
 }
 
 func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	b, err := os.ReadFile(t.file)
+	token, err := t.current()
 	if err != nil {
-		return nil, fmt.Errorf("reading the event token: %w", err)
+		return nil, err
 	}
 	req = req.Clone(req.Context())
-	req.Header.Set(apiv1.HeaderEventToken, strings.TrimSpace(string(b)))
+	req.Header.Set(apiv1.HeaderEventToken, token)
 	next := t.next
 	if next == nil {
 		next = http.DefaultTransport
